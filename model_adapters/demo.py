@@ -1,0 +1,32 @@
+"""The demo adapter: a real ViT-Tiny network with random weights, small enough for 2 CPU cores.
+
+``--model demo_vit`` runs timm's ``vit_tiny_patch16_224`` architecture at
+96 x 96 input, randomly initialised with a fixed seed (no download), class-token
+pooling, L2-normalised 192-d embeddings. It exercises the same extraction path
+as a real foundation model; its numbers say nothing about any pretrained model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prism_plugin.model_adapters.timm_generic import TimmAdapter
+
+DEMO_ARCH = "vit_tiny_patch16_224"
+
+
+class DemoViT(TimmAdapter):
+    licence = "Apache-2.0 (timm architecture, random weights)"
+
+    def __init__(self, **kwargs: Any):
+        kwargs.setdefault("pretrained", False)
+        kwargs.setdefault("img_size", 96)
+        kwargs.setdefault("pooling", "cls")
+        kwargs.setdefault("batch_size", 64)
+        super().__init__(DEMO_ARCH, **kwargs)
+        self.name = "demo_vit"
+        self.display_name = "DemoViT-Tiny"
+
+
+def register(register) -> None:
+    register("demo_vit", DemoViT, description="ViT-Tiny at 96 px with random weights (offline demo, 192-d)")

@@ -1,0 +1,99 @@
+"""Adapter for embeddings that already exist: ``--model precomputed``.
+
+Reads the layout of the PRISM embedding release::
+
+    <root>/<dataset key>/{train,val,test}_features.npy   (N x D float)
+    <root>/<dataset key>/{train,val,test}_labels.npy     (N integers)
+
+``--model-args root=DIR`` points at ``embeddings/<model>/`` (the dataset key is
+the task's ``embeddings_key``, by default its dataset name), or
+``path=DIR`` at one dataset folder directly. ``name=UNI`` sets the display name
+written to the ``model`` column (default: the folder name). Arrays are
+memory-mapped and read with ``allow_pickle=False``; nothing is copied into the
+cache, but the arrays' checksums are part of the run fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prism_plugin.embed.adapter import Adapter
+from prism_plugin.errors import PrismError
+
+
+class PrecomputedAdapter(Adapter):
+    """Embeddings read from ``{split}_features.npy`` / ``{split}_labels.npy``."""
+
+    name = "precomputed"
+    display_name = "precomputed"
+    input_kind = "features"
+    licence = "n/a (user's arrays)"
+
+    def __init__(self, *, root: str | None = None, path: str | None = None, name: str | None = None, **base: Any):
+        base.setdefault("normalize", False)
+        super().__init__(**base)
+        if (root is None) == (path is None):
+            raise PrismError("--model precomputed needs exactly one of --model-args root=DIR (embeddings/<model>) "
+                             "or path=DIR (one dataset folder with {split}_features.npy)")
+        self.root = Path(root).expanduser() if root else None
+        self.path = Path(path).expanduser() if path else None
+        base_dir = self.path or self.root
+        if not base_dir.is_dir():
+            raise PrismError(f"--model-args {'path' if self.path else 'root'}={base_dir}: no such directory")
+        self.display_name = name or (self.path.parent.name if self.path else self.root.name) or "precomputed"
+
+    @classmethod
+    def accepted_args(cls) -> set[str]:
+        return super().accepted_args() | {"root", "path", "name"}
+
+    def folder(self, dataset_key: str) -> Path:
+        if self.path is not None:
+            return self.path
+        folder = self.root / dataset_key
+        if not folder.is_dir():
+            if (self.root / "train_features.npy").exists():
+                return self.root
+            raise PrismError(
+                f"precomputed embeddings: no folder {folder} for dataset {dataset_key!r}; expected "
+                f"{self.root}/<dataset>/{{train,val,test}}_features.npy (or pass path=DIR)"
+            )
+        return folder
+
+    def has_split(self, dataset_key: str, split: str) -> bool:
+        return (self.folder(dataset_key) / f"{split}_features.npy").exists()
+
+    def load_split(self, dataset_key: str, split: str) -> tuple[np.ndarray, np.ndarray, str]:
+        """(features memmap, labels, fingerprint) of one split."""
+        folder = self.folder(dataset_key)
+        fpath, lpath = folder / f"{split}_features.npy", folder / f"{split}_labels.npy"
+        for p in (fpath, lpath):
+            if not p.exists():
+                raise PrismError(f"precomputed embeddings: {p} is missing")
+        try:
+            X = np.load(fpath, mmap_mode="r", allow_pickle=False)
+            y = np.load(lpath, allow_pickle=False)
+        except ValueError as exc:
+            raise PrismError(f"{fpath.parent}: cannot read {split} arrays without pickle ({exc})") from None
+        except OSError as exc:
+            raise PrismError(f"{fpath.parent}: {split} arrays are unreadable ({exc})") from None
+        return X, y, file_digest(fpath) + file_digest(lpath)[:16]
+
+    def config(self) -> dict[str, Any]:
+        return {"adapter": self.name, "display_name": self.display_name, "normalize": self.normalize}
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def register(register) -> None:
+    register("precomputed", PrecomputedAdapter,
+             description="embeddings on disk: root=embeddings/<model> or path=<dataset dir> ({split}_features.npy)")

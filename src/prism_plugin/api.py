@@ -1,0 +1,97 @@
+"""Python API for users who already have embeddings."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+from prism_plugin.errors import PrismError
+from prism_plugin.plugins import get_host
+from prism_plugin.protocol.grid import DEFAULT_FRACTIONS, DEFAULT_SEEDS, GridSpec, grid_keys, run_grid
+from prism_plugin.protocol.inputs import SplitArrays, check_splits
+from prism_plugin.results import rows_to_frame
+
+
+def _split(value: Any, name: str) -> SplitArrays | None:
+    if value is None:
+        return None
+    if isinstance(value, SplitArrays):
+        return value
+    try:
+        X, y = value
+    except (TypeError, ValueError):
+        raise PrismError(f"{name}: pass a (features, labels) pair") from None
+    return SplitArrays(X=X, y=y, name=name)
+
+
+def check_fractions(fractions: Iterable[float], where: str = "label_fractions") -> tuple[float, ...]:
+    out = []
+    for f in fractions:
+        try:
+            f = float(f)
+        except (TypeError, ValueError):
+            raise PrismError(f"{where}: {f!r} is not a number; use values in (0, 1]") from None
+        if not (0.0 < f <= 1.0):
+            raise PrismError(f"{where}: fraction {f} is outside (0, 1]; use e.g. 0.01 for 1 %")
+        out.append(f)
+    if not out:
+        raise PrismError(f"{where}: at least one label fraction is needed")
+    return tuple(out)
+
+
+def evaluate(
+    train: Any,
+    val: Any,
+    test: Any,
+    *,
+    n_classes: int | None = None,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    C: float = 1.0,
+    max_iter: int = 1000,
+    probe: dict | None = None,
+    ece_bins: int = 15,
+    binary_logits: str = "symmetric",
+    proportional_val: bool = False,
+    model: str = "model",
+    dataset: str = "dataset",
+    disable: Iterable[str] = (),
+) -> pd.DataFrame:
+    """Run the PRISM protocol on train/val/test embeddings; return the per-run table.
+
+    Each split is a ``(features, labels)`` pair (``val`` may be ``None``: the
+    temperature and scaled ECE are then NaN). Labels must be integers
+    0..K-1. Columns follow ``indomain_all_v2.csv`` plus ``nll``,
+    ``nll_scaled`` and metadata; one row per fraction x seed, fraction
+    ascending then seeds in the given order.
+
+    ``binary_logits="natural"`` reports binary temperatures on the sigmoid
+    scale (identity T = 1) instead of the reference's ``[-d, d]`` scale
+    (identity T = 2); probabilities and ECE are the same either way up to the
+    search box, which is [0.05, 5] on the natural scale in the reference.
+    """
+    import warnings
+
+    fractions = check_fractions(fractions)
+    if binary_logits not in ("symmetric", "natural"):
+        raise PrismError(f"binary_logits must be 'symmetric' or 'natural', got {binary_logits!r}")
+    tr, va, te = _split(train, "train"), _split(val, "val"), _split(test, "test")
+    k = check_splits(tr, va, te, n_classes)
+    if va is None:
+        warnings.warn("no validation split: temperature and scaled ECE are NaN (never fitted on test)", stacklevel=2)
+    spec = GridSpec(
+        fractions=fractions,
+        seeds=tuple(int(s) for s in seeds),
+        probe=probe or {"kind": "logistic", "C": float(C), "max_iter": int(max_iter)},
+        ece_bins=int(ece_bins),
+        binary_logits=binary_logits,
+        proportional_val=proportional_val,
+    )
+    host = get_host(disable)
+    ident = {"task": dataset, "adapter": model, "model": model, "dataset": dataset}
+    rows = run_grid(tr, va, te, k, spec, host, ident)
+    return rows_to_frame([rows[key] for key in grid_keys(spec)])
+
+
+__all__ = ["evaluate", "check_fractions", "SplitArrays"]

@@ -1,0 +1,1 @@
+"""Embedding extraction: adapters, the extraction loop and the content-addressed cache."""

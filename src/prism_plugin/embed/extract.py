@@ -1,0 +1,128 @@
+"""The extraction loop: decode -> preprocess -> forward -> L2-normalise -> cached shards."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prism_plugin.data.sources import ImageSplit
+from prism_plugin.embed.adapter import Adapter
+from prism_plugin.embed.cache import CacheEntry
+from prism_plugin.errors import PrismError
+
+SHARD_SIZE = 2048
+
+
+def pick_device(request: str = "auto"):
+    import torch
+
+    if request not in ("auto", ""):
+        try:
+            return torch.device(request)
+        except RuntimeError:
+            raise PrismError(f"--device {request!r} is not a torch device (use auto, cpu, cuda, cuda:1, mps)") from None
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+class _Images:
+    """A map-style dataset over image files (decoded with PIL, converted to RGB)."""
+
+    def __init__(self, paths: list[Path], transform):
+        self.paths = paths
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int):
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with Image.open(self.paths[i]) as im:
+                return self.transform(im.convert("RGB"))
+        except (OSError, UnidentifiedImageError) as exc:
+            raise PrismError(f"{self.paths[i]}: cannot be decoded as an image ({exc})") from None
+
+
+def default_workers() -> int:
+    return max(0, min(4, (os.cpu_count() or 1) - 1))
+
+
+def extract_split(
+    adapter: Adapter,
+    split: ImageSplit,
+    entry: CacheEntry,
+    *,
+    device=None,
+    num_workers: int | None = None,
+    progress: bool = True,
+    label: str = "",
+    provenance: dict[str, Any] | None = None,
+) -> tuple[int, float]:
+    """Fill ``entry`` with the embeddings of ``split``; return (tiles embedded now, seconds).
+
+    Shards already on disk (from an interrupted run) are kept; the caller
+    holds the entry's lock.
+    """
+    import torch
+    from torch.utils.data import DataLoader, Subset
+
+    device = device or pick_device(adapter.device_request)
+    n = len(split)
+    n_shards = max(1, -(-n // SHARD_SIZE))
+    todo = [i for i in range(n_shards) if not entry.shard_done(i, min(SHARD_SIZE, n - i * SHARD_SIZE))]
+    t0 = time.perf_counter()
+    done_now = 0
+    if todo:
+        if not getattr(adapter, "_built", False):
+            adapter.build(device)
+            adapter._built = True
+        dataset = _Images(split.paths, adapter.preprocessing.transform())
+        workers = default_workers() if num_workers is None else num_workers
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=sum(min(SHARD_SIZE, n - i * SHARD_SIZE) for i in todo), unit="tile",
+                       desc=label or "embedding", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+        autocast = device.type == "cuda" and getattr(adapter, "autocast_dtype", None) is not None
+        for i in todo:
+            start, stop = i * SHARD_SIZE, min(n, (i + 1) * SHARD_SIZE)
+            loader = DataLoader(Subset(dataset, range(start, stop)), batch_size=adapter.batch_size,
+                                num_workers=workers, shuffle=False, pin_memory=device.type == "cuda",
+                                persistent_workers=False)
+            feats = np.empty((stop - start, adapter.embed_dim), dtype=np.float32)
+            pos = 0
+            with torch.inference_mode():
+                for batch in loader:
+                    batch = batch.to(device, non_blocking=True)
+                    if autocast:
+                        with torch.autocast(device_type="cuda", dtype=adapter.autocast_dtype):
+                            out = adapter.forward(batch)
+                    else:
+                        out = adapter.forward(batch)
+                    out = out.float()
+                    if out.ndim != 2 or out.shape[1] != adapter.embed_dim:
+                        raise PrismError(f"adapter {adapter.name} returned shape {tuple(out.shape)}; "
+                                         f"it declares embed_dim = {adapter.embed_dim}")
+                    if adapter.normalize:
+                        out = torch.nn.functional.normalize(out, p=2, dim=1, eps=1e-12)
+                    feats[pos:pos + out.shape[0]] = out.cpu().numpy()
+                    pos += out.shape[0]
+                    if bar is not None:
+                        bar.update(out.shape[0])
+            entry.write_shard(i, feats, split.labels[start:stop])
+            done_now += stop - start
+        if bar is not None:
+            bar.close()
+    entry.finalize(n_shards, adapter.embed_dim, provenance or {})
+    return done_now, time.perf_counter() - t0

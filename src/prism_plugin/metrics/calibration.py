@@ -1,0 +1,38 @@
+"""Built-in metric plugin: calibration before and after temperature scaling.
+
+Columns: ``brier`` (binary only), ``ece_fixed`` / ``ece_adaptive`` on raw
+probabilities, ``temperature`` fitted on the full validation split,
+``ece_scaled_fixed`` / ``ece_scaled_adaptive`` after it, ``nll`` / ``nll_scaled``;
+and, when the task provides the proportional validation subset,
+``temperature_prop`` / ``ece_scaled_prop``.
+"""
+
+from __future__ import annotations
+
+from prism_plugin.hookspecs import hookimpl
+from prism_plugin.metrics.core import brier, ece, nll
+
+NAN = float("nan")
+
+
+@hookimpl
+def run_metrics(run):
+    bins = run.ece_bins
+    out = {
+        "brier": brier(run.y_test, run.proba_test),
+        "ece_fixed": ece(run.y_test, run.proba_test, bins, "fixed"),
+        "ece_adaptive": ece(run.y_test, run.proba_test, bins, "adaptive"),
+        "nll": nll(run.y_test, run.proba_test),
+    }
+    t = run.temperature("val")
+    scaled = run.scaled_proba(t)
+    out["temperature"] = t
+    out["ece_scaled_fixed"] = NAN if scaled is None else ece(run.y_test, scaled, bins, "fixed")
+    out["ece_scaled_adaptive"] = NAN if scaled is None else ece(run.y_test, scaled, bins, "adaptive")
+    out["nll_scaled"] = NAN if scaled is None else nll(run.y_test, scaled)
+    if "val_prop" in run.calibration:
+        t_prop = run.temperature("val_prop")
+        scaled_prop = run.scaled_proba(t_prop)
+        out["temperature_prop"] = t_prop
+        out["ece_scaled_prop"] = NAN if scaled_prop is None else ece(run.y_test, scaled_prop, bins, "fixed")
+    return out

@@ -1,0 +1,1 @@
+"""The PRISM protocol: sampling, probes, temperature and the run grid (PROTOCOL §2)."""

@@ -1,0 +1,205 @@
+"""The run grid: label fractions x seeds -> probe fit -> metric plugins (PROTOCOL §2)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+
+from prism_plugin.errors import PrismError
+from prism_plugin.metrics.core import binary_logits
+from prism_plugin.protocol.inputs import SplitArrays
+from prism_plugin.protocol.probe import ProbeOutput
+from prism_plugin.protocol.sampling import stratified_subset
+from prism_plugin.protocol.temperature import T_BOUNDS
+from prism_plugin.run import CalibrationSet, RunContext
+
+DEFAULT_FRACTIONS = (0.01, 0.05, 0.10, 0.25, 0.50, 1.00)
+DEFAULT_SEEDS = (42, 123, 456)
+
+#: Probe heads whose fit does not depend on the seed once the subset is fixed
+#: (lbfgs ignores ``random_state``): identical subsets share one fit.
+SEED_INVARIANT_HEADS = {"logistic"}
+
+
+@dataclass
+class GridSpec:
+    fractions: tuple[float, ...] = DEFAULT_FRACTIONS
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    probe: Mapping[str, Any] = field(default_factory=lambda: {"kind": "logistic", "C": 1.0, "max_iter": 1000})
+    ece_bins: int = 15
+    binary_logits: str = "symmetric"
+    t_bounds: tuple[float, float] = T_BOUNDS
+    proportional_val: bool = False
+    reuse_identical_fits: bool = True
+
+
+@dataclass(frozen=True)
+class RunKey:
+    fraction: float
+    seed: int
+
+    @property
+    def id(self) -> str:
+        return f"f{self.fraction:g}-s{self.seed}"
+
+
+def grid_keys(spec: GridSpec) -> Iterator[RunKey]:
+    """Grid order: fraction ascending, then seeds in the given order (the reference's)."""
+    for f in sorted(spec.fractions):
+        for s in spec.seeds:
+            yield RunKey(float(f), int(s))
+
+
+def to_logits(decision: np.ndarray, convention: str) -> np.ndarray:
+    """Decision values -> (N, K) logit matrix (binary: the named convention)."""
+    if decision.ndim == 1:
+        return binary_logits(decision, convention)
+    return np.asarray(decision, dtype=np.float64)
+
+
+@dataclass
+class _Fit:
+    digest: str
+    val: ProbeOutput | None
+    test: ProbeOutput
+    converged: bool | None
+    seconds: float
+
+
+def run_grid(
+    train: SplitArrays,
+    val: SplitArrays | None,
+    test: SplitArrays,
+    n_classes: int,
+    spec: GridSpec,
+    host,
+    ident: Mapping[str, Any],
+    *,
+    skip: Callable[[RunKey], bool] = lambda key: False,
+    on_row: Callable[[RunKey, dict], None] = lambda key, row: None,
+) -> dict[RunKey, dict]:
+    """Run every (fraction, seed) of ``spec`` that ``skip`` does not claim.
+
+    ``ident`` supplies the identity columns (task, adapter, model, dataset and
+    metadata). Each finished row is handed to ``on_row`` at once (the results
+    directory persists it), and all rows are returned.
+    """
+    head_kind = str(spec.probe.get("kind", "logistic"))
+    head_settings = {k: v for k, v in spec.probe.items() if k != "kind"}
+    factory = host.head_factory(head_kind)
+    reusable = spec.reuse_identical_fits and head_kind in SEED_INVARIANT_HEADS
+    last: _Fit | None = None
+    rows: dict[RunKey, dict] = {}
+    for key in grid_keys(spec):
+        if skip(key):
+            continue
+        subset = stratified_subset(train.y, key.fraction, key.seed)
+        digest = hashlib.sha1(subset.indices.tobytes()).hexdigest()
+        if not (reusable and last is not None and last.digest == digest):
+            t0 = time.perf_counter()
+            try:
+                head = factory(seed=key.seed, **head_settings)
+            except TypeError as exc:
+                raise PrismError(f"probe settings {dict(head_settings)} rejected by head {head_kind!r}: {exc}") from None
+            X_sub = np.asarray(train.X[subset.indices], dtype=np.float32)
+            head.fit(X_sub, train.y[subset.indices])
+            del X_sub
+            last = _Fit(
+                digest=digest,
+                val=head.evaluate(val.X) if val is not None else None,
+                test=head.evaluate(test.X),
+                converged=getattr(head, "converged", None),
+                seconds=time.perf_counter() - t0,
+            )
+        row = _score(key, subset, last, train, val, test, n_classes, spec, host, ident, head_kind)
+        rows[key] = row
+        on_row(key, row)
+    return rows
+
+
+def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, ident, head_kind) -> dict:
+    calibration: dict[str, CalibrationSet] = {}
+    extra: dict[str, Any] = {}
+    if fit.val is not None:
+        val_logits = to_logits(fit.val.decision, spec.binary_logits)
+        calibration["val"] = CalibrationSet(val_logits, val.y, "full validation split")
+        extra["n_val"] = len(val)
+        if spec.proportional_val:
+            vsub = stratified_subset(val.y, key.fraction, key.seed)
+            calibration["val_prop"] = CalibrationSet(
+                val_logits[vsub.indices], val.y[vsub.indices], "proportional validation subset"
+            )
+            extra["n_val_prop"] = int(len(vsub.indices))
+            extra["forced_val_classes"] = vsub.n_forced
+    else:
+        extra["n_val"] = 0
+    run = RunContext(
+        task=ident["task"],
+        adapter=ident["adapter"],
+        model=ident["model"],
+        dataset=ident["dataset"],
+        fraction=key.fraction,
+        seed=key.seed,
+        n_classes=n_classes,
+        n_train=int(len(subset.indices)),
+        forced_classes=subset.n_forced,
+        y_test=test.y,
+        proba_test=np.asarray(fit.test.proba, dtype=np.float64),
+        logits_test=to_logits(fit.test.decision, spec.binary_logits),
+        calibration=calibration,
+        ece_bins=spec.ece_bins,
+        binary_logits=spec.binary_logits,
+        t_bounds=tuple(spec.t_bounds),
+        class_names=tuple(ident.get("class_names", ())),
+        meta=dict(ident.get("meta", {})),
+    )
+    row: dict[str, Any] = {
+        "model": run.model,
+        "dataset": run.dataset,
+        "fraction": key.fraction,
+        "seed": key.seed,
+        "n_train": run.n_train,
+        "n_classes": n_classes,
+        "forced_classes": run.forced_classes,
+    }
+    owners: dict[str, str] = {}
+    for impl in host.pm.hook.run_metrics.get_hookimpls():  # registration order
+        try:
+            result = impl.function(run=run)
+        except PrismError:
+            raise
+        except Exception as exc:
+            raise PrismError(
+                f"metric plugin {impl.plugin_name!r} failed on {run.task} {key.id}: {type(exc).__name__}: {exc}"
+            ) from exc
+        if not result:
+            continue
+        for name, value in dict(result).items():
+            if name in owners or name in row:
+                raise PrismError(
+                    f"metric {name!r} returned by both {owners.get(name, 'the runner')!r} and {impl.plugin_name!r}; "
+                    "disable one of them"
+                )
+            owners[name] = impl.plugin_name
+            row[name] = _scalar(value, name, impl.plugin_name)
+    row.update(extra)
+    row.update({
+        "task": run.task,
+        "adapter": run.adapter,
+        "n_test": len(test),
+        "probe": head_kind,
+        "probe_converged": fit.converged,
+    })
+    return row
+
+
+def _scalar(value: Any, name: str, plugin: str):
+    if isinstance(value, (np.generic,)):
+        value = value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise PrismError(f"metric {name!r} from plugin {plugin!r} is a {type(value).__name__}; metrics must be scalars")

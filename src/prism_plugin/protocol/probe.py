@@ -1,0 +1,87 @@
+"""Probe heads: the PRISM logistic probe (PROTOCOL §2.3) and the head registry."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import numpy as np
+from scipy.special import expit
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+from sklearn.utils.extmath import softmax as sk_softmax
+
+PREDICT_CHUNK = 20_000
+
+
+@dataclass
+class ProbeOutput:
+    """Decision values of one fitted probe on one split.
+
+    ``decision`` is what the head computes natively: ``(N,)`` for a binary
+    logistic probe, ``(N, K)`` otherwise. ``proba`` is bit-identical to the
+    head's own ``predict_proba``.
+    """
+
+    decision: np.ndarray
+    proba: np.ndarray
+
+
+class ProbeHead(Protocol):
+    def fit(self, X: np.ndarray, y: np.ndarray) -> "ProbeHead": ...
+
+    def evaluate(self, X: np.ndarray) -> ProbeOutput: ...
+
+
+class LogisticProbe:
+    """``LogisticRegression(C, max_iter=1000, random_state=seed)`` on float32 features.
+
+    Everything else is scikit-learn's default (L2, lbfgs, intercept, tol 1e-4;
+    multinomial for K > 2, binary logistic for K = 2). Decision values are
+    computed once per split in chunks of 20,000 rows cast to float32, and the
+    probabilities are derived from them exactly as ``predict_proba`` does.
+    """
+
+    kind = "logistic"
+
+    def __init__(self, seed: int = 0, C: float = 1.0, max_iter: int = 1000, tol: float = 1e-4):
+        self.seed = int(seed)
+        self.C = float(C)
+        self.max_iter = int(max_iter)
+        self.tol = float(tol)
+        self.model: LogisticRegression | None = None
+        self.converged: bool | None = None
+
+    def settings(self) -> dict[str, Any]:
+        return {"kind": self.kind, "C": self.C, "max_iter": self.max_iter, "tol": self.tol}
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> "LogisticProbe":
+        X = np.asarray(X, dtype=np.float32)
+        self.model = LogisticRegression(C=self.C, max_iter=self.max_iter, tol=self.tol, random_state=self.seed)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            self.model.fit(X, y)
+        self.converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+        return self
+
+    def evaluate(self, X: np.ndarray) -> ProbeOutput:
+        assert self.model is not None, "fit() first"
+        parts = []
+        for start in range(0, X.shape[0], PREDICT_CHUNK):
+            chunk = np.asarray(X[start:start + PREDICT_CHUNK], dtype=np.float32)
+            parts.append(self.model.decision_function(chunk))
+        decision = np.concatenate(parts) if parts else np.zeros((0,))
+        if decision.ndim == 1:
+            p1 = expit(decision)
+            proba = np.stack([1 - p1, p1], axis=1)
+        else:
+            proba = sk_softmax(decision.copy(), copy=False)
+        return ProbeOutput(decision=decision, proba=proba)
+
+
+HeadFactory = Callable[..., ProbeHead]
+
+
+def builtin_heads() -> dict[str, HeadFactory]:
+    return {"logistic": LogisticProbe}

@@ -1,0 +1,1 @@
+"""The report: sections contributed by plugins, rendered as Markdown (and HTML)."""

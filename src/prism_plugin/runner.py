@@ -1,0 +1,250 @@
+"""The main job: task -> data -> embeddings -> runs -> tables -> report.
+
+:func:`run_job` is what ``prism-run --task T --model M`` calls for each
+(task, model) pair. Each stage only reads the output of the stage before it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from prism_plugin import __version__
+from prism_plugin.data.sources import open_source
+from prism_plugin.embed.cache import EmbeddingCache
+from prism_plugin.embed.extract import extract_split, pick_device
+from prism_plugin.errors import PrismError
+from prism_plugin.protocol.grid import GridSpec, grid_keys, run_grid
+from prism_plugin.protocol.inputs import SplitArrays, check_splits
+from prism_plugin.results import ResultsDir, cell_stats, rows_to_frame
+from prism_plugin.tasks.schema import TaskConfig
+
+SUMMARY_METRICS = ["auroc", "f1_macro", "brier", "nll", "ece_fixed", "ece_adaptive", "temperature",
+                   "ece_scaled_fixed", "ece_scaled_adaptive", "degeneracy_share"]
+
+#: Libraries whose versions can change the numbers; part of the run fingerprint.
+NUMERIC_LIBS = ("numpy", "scipy", "scikit-learn")
+
+
+@dataclass
+class JobOptions:
+    output: Path
+    model_args: dict[str, Any] = field(default_factory=dict)
+    cache_dir: Path | None = None
+    device: str = "auto"
+    num_workers: int | None = None
+    limit: int | None = None
+    allow_size_mismatch: bool = False
+    progress: bool = True
+    report: bool = True
+    log: Callable[[str], None] = print
+
+
+@dataclass
+class JobResult:
+    task: TaskConfig
+    results_dir: Path
+    runs: pd.DataFrame
+    summary: dict[str, Any]
+
+
+def library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version(), "prism-plugin": __version__}
+    for lib in ("numpy", "scipy", "scikit-learn", "pandas", "torch", "torchvision", "timm", "pluggy"):
+        try:
+            out[lib] = version(lib)
+        except PackageNotFoundError:
+            out[lib] = "absent"
+    return out
+
+
+def make_adapter(host, name: str, model_args: dict[str, Any]):
+    entry = host.adapter_factory(name)
+    kwargs = dict(model_args)
+    if entry.name.endswith(":"):
+        kwargs["name"] = name
+    return entry.factory(**kwargs)
+
+
+def _check_expected(task: TaskConfig, split: str, y: np.ndarray, opts: JobOptions) -> None:
+    cfg = task.splits[split]
+    problems = []
+    if cfg.size is not None and len(y) != cfg.size:
+        problems.append(f"{len(y)} items, expected {cfg.size}")
+    if cfg.class_counts is not None:
+        counts = np.bincount(y, minlength=task.n_classes).tolist()
+        if counts != list(cfg.class_counts):
+            problems.append(f"class counts {counts}, expected {list(cfg.class_counts)}")
+    if problems and opts.limit is None:
+        msg = f"task {task.name}: split {split!r} has " + "; ".join(problems) + f" (sizes recorded in {task.file})"
+        if not opts.allow_size_mismatch:
+            raise PrismError(msg + "; pass --allow-size-mismatch to run anyway")
+        warnings.warn(msg, stacklevel=2)
+
+
+def load_embeddings(task: TaskConfig, adapter, opts: JobOptions) -> tuple[dict[str, SplitArrays], dict[str, Any]]:
+    """Embeddings of every split of the task (from the cache, extracting what is missing)."""
+    splits: dict[str, SplitArrays] = {}
+    info: dict[str, Any] = {"fingerprints": {}, "extracted_tiles": 0, "extraction_seconds": 0.0, "cache": {}}
+    if adapter.input_kind == "features":
+        for split, cfg in task.splits.items():
+            X, y, fp = adapter.load_split(task.embeddings_key, cfg.name)
+            if opts.limit is not None:
+                from prism_plugin.data.sources import _limit_indices
+
+                keep = _limit_indices(np.asarray(y), opts.limit)
+                X, y = X[keep], np.asarray(y)[keep]
+            splits[split] = SplitArrays(X, y, name=f"{task.name} {split}")
+            info["fingerprints"][split] = fp
+        return splits, info
+    source = open_source(task)
+    if source is None:
+        raise PrismError(f"task {task.name} reads precomputed embeddings (source.type precomputed); "
+                         "run it with --model precomputed --model-args root=DIR")
+    cache = EmbeddingCache(opts.cache_dir)
+    device = None
+    adapter_fp = adapter.fingerprint()
+    for split in task.splits:
+        images = source.split(split, opts.limit)
+        _check_expected(task, split, images.labels, opts)
+        entry = cache.entry(adapter_fp, images.fingerprint, split)
+        info["fingerprints"][split] = images.fingerprint
+        loaded = entry.load()
+        if loaded is None:
+            with entry.lock():
+                loaded = entry.load()  # another process may have finished it meanwhile
+                if loaded is None:
+                    device = device or pick_device(opts.device if opts.device != "auto" else adapter.device_request)
+                    provenance = {"task": task.name, "dataset": task.dataset, "split": split,
+                                  "adapter": adapter.describe(), "dataset_fingerprint": images.fingerprint,
+                                  "versions": library_versions()}
+                    n_new, secs = extract_split(adapter, images, entry, device=device, num_workers=opts.num_workers,
+                                                progress=opts.progress, label=f"{task.name}/{split}",
+                                                provenance=provenance)
+                    info["extracted_tiles"] += n_new
+                    info["extraction_seconds"] += secs
+                    loaded = entry.load()
+                    if loaded is None:
+                        raise PrismError(f"cache entry {entry.dir} could not be written and read back")
+                    info["cache"][split] = "extracted"
+                else:
+                    info["cache"][split] = "hit"
+        else:
+            info["cache"][split] = "hit"
+        X, y = loaded
+        splits[split] = SplitArrays(X, y, name=f"{task.name} {split}")
+    return splits, info
+
+
+def run_fingerprint(task: TaskConfig, adapter, emb_info: dict[str, Any]) -> str:
+    versions = library_versions()
+    payload = {
+        "task": {k: v for k, v in task.resolved().items() if k not in ("file", "description", "tags")},
+        "adapter": adapter.fingerprint(),
+        "embeddings": emb_info["fingerprints"],
+        "versions": {k: versions.get(k) for k in NUMERIC_LIBS + ("prism-plugin",)},
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def default_output(base: Path, task: str, adapter_name: str) -> Path:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in adapter_name)
+    return base / task / safe
+
+
+def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
+    """Run one task for one adapter; write and return the results directory."""
+    t_start = time.perf_counter()
+    splits, emb_info = load_embeddings(task, adapter, opts)
+    k = check_splits(splits["train"], splits.get("val"), splits["test"], task.n_classes)
+    if not task.has_val:
+        warnings.warn(f"task {task.name} has no validation split: temperature and scaled ECE are NaN "
+                      "(the temperature is never fitted on test)", stacklevel=2)
+    spec = GridSpec(
+        fractions=task.label_fractions, seeds=task.seeds, probe=task.probe, ece_bins=task.ece_bins,
+        binary_logits=task.binary_logits, t_bounds=task.temperature_bounds, proportional_val=task.proportional_val,
+    )
+    results = ResultsDir(opts.output)
+    fingerprint = run_fingerprint(task, adapter, emb_info)
+    reused, stale = [], []
+
+    def skip(key) -> bool:
+        row, reason = results.load_cell(task.name, key.id, fingerprint)
+        if row is not None:
+            reused.append(key.id)
+            return True
+        if reason:
+            stale.append(f"{key.id}: {reason}")
+        return False
+
+    ident = {"task": task.name, "adapter": adapter.name, "model": adapter.display_name, "dataset": task.dataset,
+             "class_names": task.class_names, "meta": {"kind": task.kind}}
+    t_grid = time.perf_counter()
+    run_grid(splits["train"], splits.get("val"), splits["test"], k, spec, host, ident, skip=skip,
+             on_row=lambda key, row: results.save_cell(task.name, key.id, fingerprint, row))
+    grid_seconds = time.perf_counter() - t_grid
+    if stale:
+        opts.log(f"recomputed {len(stale)} stale cell(s): {stale[0]}" + (" ..." if len(stale) > 1 else ""))
+    rows = []
+    for key in grid_keys(spec):  # assemble from the persisted cells: resumed == uninterrupted
+        row, reason = results.load_cell(task.name, key.id, fingerprint)
+        if row is None:
+            raise PrismError(f"results cell {key.id} of {task.name} is missing after the run ({reason})")
+        rows.append(row)
+    runs = rows_to_frame(rows)
+    results.write_runs(runs)
+    collapsed = sorted({float(r["fraction"]) for r in rows if r.get("degenerate")})
+    if collapsed:
+        msg = (f"{adapter.display_name} on {task.name}: probe collapsed (>99% of test predictions in one class) "
+               f"at fraction(s) {', '.join(f'{f:g}' for f in collapsed)}")
+        warnings.warn(msg, stacklevel=2)
+    summary = {
+        "task": task.name,
+        "model": adapter.display_name,
+        "adapter": adapter.describe(),
+        "resolved_task": task.resolved(),
+        "n_runs": len(rows),
+        "cells": cell_stats(runs, ["model", "dataset"], SUMMARY_METRICS),
+        "collapsed_fractions": collapsed,
+        "reused_cells": reused,
+        "run_fingerprint": fingerprint,
+        "fingerprints": {"adapter": adapter.fingerprint(), "data": emb_info["fingerprints"]},
+        "embedding_cache": emb_info["cache"],
+        "versions": library_versions(),
+        "timings": {"extraction_seconds": round(emb_info["extraction_seconds"], 3),
+                    "extracted_tiles": emb_info["extracted_tiles"],
+                    "grid_seconds": round(grid_seconds, 3),
+                    "total_seconds": round(time.perf_counter() - t_start, 3)},
+    }
+    results.write_json("summary.json", summary)
+    if opts.report:
+        from prism_plugin.report.build import write_report
+
+        write_report(results.path, host)
+    return JobResult(task, results.path, runs, summary)
+
+
+def compact_table(runs: pd.DataFrame) -> str:
+    """Seed mean ± std per fraction of the headline metrics, as fixed-width text."""
+    cols = [c for c in ("auroc", "f1_macro", "ece_fixed", "ece_scaled_fixed", "temperature") if c in runs]
+    lines = [f"{'fraction':>8}  " + "  ".join(f"{c:>17}" for c in cols) + "  collapsed"]
+    for frac, g in runs.groupby("fraction", sort=True):
+        cells = []
+        for c in cols:
+            v = pd.to_numeric(g[c], errors="coerce")
+            sd = v.std(ddof=1) if len(v) > 1 else float("nan")
+            cells.append(f"{v.mean():>8.4f} ± {sd:<6.4f}")
+        n_deg = int(g["degenerate"].astype(bool).sum()) if "degenerate" in g else 0
+        lines.append(f"{frac:>8g}  " + "  ".join(cells) + f"  {n_deg}/{len(g)}")
+    return "\n".join(lines)

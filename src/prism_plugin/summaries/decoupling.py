@@ -1,0 +1,821 @@
+"""Decoupling of discrimination and calibration rankings (PROTOCOL §6.5-6.9).
+
+Every function reads the in-distribution per-run table (results_v2 schema:
+``model``, ``dataset``, ``fraction``, ``seed``, ``auroc``,
+``ece_scaled_fixed``) and follows these conventions exactly:
+
+* **Cell value** = seed mean (:func:`seed_means`): the sum of the runs of one
+  (dataset, fraction, model), added left to right in table row order, divided
+  by their number (NaN runs skipped). A cell whose mean AUROC or
+  mean ``ece_scaled_fixed`` is NaN is left out (with a note).
+* **Fractions** are compared after rounding to 9 decimals, so ``0.1`` and
+  ``0.1000000001`` are one fraction; they are processed in ascending order.
+* **Dataset order** (:func:`dataset_order`): PCam, BRACS, CRC, MHIST,
+  LungHist700, SPIDER-Breast for those names, then any other dataset in order
+  of first appearance. Where the protocol says *alphabetical* (the §6.6
+  contrast, the rows of §6.7) Python's ``sorted`` (code-point order) is used.
+* **Model order** = order of first appearance in the per-run table ("CSV
+  order"; alphabetical by key in the reference). It fixes which bootstrap index
+  means which model, so it matters for bit-reproducibility.
+* **Seed order** (§6.9) = order of first appearance in the per-run table
+  (42, 123, 456 in the reference).
+* **Ranks**: average ranks for ties (``scipy.stats.rankdata``). AUROC is
+  ranked descending (rank 1 = best discrimination), ``ece_scaled_fixed``
+  ascending (rank 1 = best calibration). Spearman ρ between AUROC and −ECE
+  (§6.5) equals Spearman ρ between these two rank vectors.
+* **Spearman** is ``scipy.stats.spearmanr(x, y).statistic``;
+  :func:`spearman_rows` is a vectorised, bit-identical version (NaN for a
+  constant input, as scipy). **Kendall** is ``scipy.stats.kendalltau`` (τ-b).
+* **Percentile intervals**: ``numpy.percentile(values, [2.5, 97.5])`` (linear
+  interpolation) over the bootstrap values that are not NaN.
+* **Random numbers**: a fresh ``numpy.random.default_rng(seed)`` per quantity,
+  consumed in the exact order of the protocol. Batched draws
+  (``rng.integers(0, n, size=(B, n))``) are used only where they produce the
+  same stream as the protocol's one-call-per-iteration loop (NumPy's bit
+  generators buffer at the generator level, so splitting a run of equal-bound
+  integer draws into calls does not change the values); the tests check this
+  against the literal loops.
+* **"Not defined"**: a statistic that cannot be computed (fewer than 3 models,
+  fewer than 2 datasets, a fraction missing, a constant input) is NaN in its
+  table row, and a one-line note starting ``"not defined"`` says why; headline
+  values that cannot be computed are the string ``"not defined: <reason>"``.
+
+Public functions: :func:`cell_means`, :func:`within_dataset_ranks`,
+:func:`rank_correlations` (§6.5), :func:`pooled_rank_correlations` and
+:func:`pooled_contrast` (§6.6), :func:`wilcoxon_contrast` (§6.6),
+:func:`rank_diff_by_fraction` (§6.7), :func:`rank_heterogeneity` (§6.8),
+:func:`rank_correlations_seedlevel` and :func:`seedlevel_contrast` (§6.9),
+:func:`spearman_rows`, :func:`dataset_order`, :func:`fraction_pct`. Tables
+that carry notes keep them in ``DataFrame.attrs["notes"]``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from prism_plugin.errors import PrismError
+from prism_plugin.hookspecs import hookimpl
+from prism_plugin.tables import RunTables, SummaryOutput
+
+#: Reference order of the six main datasets (§6.5).
+DATASET_ORDER: tuple[str, ...] = ("PCam", "BRACS", "CRC", "MHIST", "LungHist700", "SPIDER-Breast")
+AUROC = "auroc"
+ECE = "ece_scaled_fixed"
+#: Default fractions of the ρ(high) − ρ(low) contrasts (§6.6, §6.9).
+CONTRAST_FRACTIONS: tuple[float, float] = (0.01, 1.0)
+FRACTION_DECIMALS = 9
+
+N_BOOT_MODEL = 2000     # §6.5
+N_BOOT_CLUSTER = 5000   # §6.6
+N_BOOT_SEED = 2000      # §6.9
+
+RANK_CORRELATION_COLUMNS = ["dataset", "fraction", "n_models", "spearman", "kendall", "ci_lo", "ci_hi"]
+SEEDLEVEL_COLUMNS = ["fraction", "rho", "ci_lo", "ci_hi"]
+POOLED_COLUMNS = ["fraction", "n_datasets", "n_pairs", "rho", "ci_lo", "ci_hi"]
+HETEROGENEITY_COLUMNS = ["fraction", "n_datasets", "rho", "ci_lo", "ci_hi", "tau2", "i2", "q", "note"]
+
+
+# --------------------------------------------------------------------------- helpers
+def not_defined(reason: str) -> str:
+    """The headline value / note text used when a statistic cannot be computed."""
+    return f"not defined: {reason}"
+
+
+def first_appearance(values: Iterable[Any]) -> list[Any]:
+    """Distinct values in order of first appearance."""
+    return list(dict.fromkeys(values))
+
+
+def dataset_order(names: Iterable[Any]) -> list[Any]:
+    """Distinct dataset names: the reference datasets in §6.5 order, then others
+    in order of first appearance."""
+    seen = first_appearance(names)
+    head = [d for d in DATASET_ORDER if d in seen]
+    return head + [d for d in seen if d not in head]
+
+
+def fraction_pct(fraction: float) -> str:
+    """Headline-key suffix of a fraction: 0.01 -> ``"1pct"``, 1.0 -> ``"100pct"``."""
+    return f"{round(float(fraction) * 100.0, 6):g}pct"
+
+
+def normalise_fractions(values: Any) -> np.ndarray:
+    """Fractions as float64 rounded to 9 decimals (the grouping key)."""
+    return np.round(np.asarray(values, dtype=float), FRACTION_DECIMALS)
+
+
+def seed_means(df: pd.DataFrame, keys: Sequence[str], columns: Sequence[str], *, sort: bool = False) -> pd.DataFrame:
+    """Per group of ``keys``: the arithmetic mean of each of ``columns``, summed
+    left to right in table row order and divided by the number of non-NaN
+    values (NaN values skipped; NaN when none). Rows: groups in order of first
+    appearance (``sort=False``) or sorted by key; index = the keys."""
+    keys = list(keys)
+    codes = df.groupby(keys, sort=sort).ngroup().to_numpy()
+    valid = codes >= 0  # rows with a NaN key belong to no group
+    n_groups = int(codes.max()) + 1 if valid.any() else 0
+    _, first = np.unique(codes[valid], return_index=True)
+    first_rows = df.loc[valid, keys].iloc[first]
+    index = pd.MultiIndex.from_frame(first_rows) if len(keys) > 1 else pd.Index(first_rows[keys[0]], name=keys[0])
+    out = {}
+    for col in columns:
+        x = df[col].to_numpy(dtype=float)
+        ok = ~np.isnan(x)
+        sums = np.zeros(n_groups)
+        counts = np.zeros(n_groups)
+        ok &= valid
+        np.add.at(sums, codes[ok], x[ok])  # sequential, in row order
+        np.add.at(counts, codes[ok], 1.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[col] = np.where(counts > 0, sums / np.where(counts > 0, counts, 1.0), np.nan)
+    return pd.DataFrame(out, index=index)
+
+
+def _with_notes(df: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    df.attrs["notes"] = list(notes)
+    return df
+
+
+def _require(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise PrismError(f"{what} table lacks column(s) {', '.join(missing)}")
+
+
+def percentile_ci(values: np.ndarray) -> tuple[float, float]:
+    """2.5 / 97.5 percentiles (NumPy linear interpolation) of the non-NaN values;
+    (NaN, NaN) when none are left."""
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return float("nan"), float("nan")
+    lo, hi = np.percentile(v, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Row-wise Spearman ρ of two (B, n) arrays, bit-identical to
+    ``scipy.stats.spearmanr(x[i], y[i]).statistic`` for every row.
+
+    Like scipy: average ranks, Pearson correlation of the ranks computed as in
+    ``numpy.corrcoef`` (centred cross products scaled by 1/(n−1), then
+    ``cov_xy / sd_y / sd_x``, clipped to [−1, 1]); NaN when n < 2, when a row
+    holds a NaN, or when either row is constant.
+    """
+    x = np.atleast_2d(np.asarray(x, dtype=float))
+    y = np.atleast_2d(np.asarray(y, dtype=float))
+    if x.shape != y.shape:
+        raise ValueError(f"spearman_rows: shapes {x.shape} and {y.shape} differ")
+    b, n = x.shape
+    out = np.full(b, np.nan)
+    if n < 2 or b == 0:
+        return out
+    bad = np.isnan(x).any(axis=1) | np.isnan(y).any(axis=1)
+    bad |= (x == x[:, :1]).all(axis=1) | (y == y[:, :1]).all(axis=1)
+    ok = ~bad
+    if not ok.any():
+        return out
+    rx = stats.rankdata(x[ok], axis=1)
+    ry = stats.rankdata(y[ok], axis=1)
+    rx -= rx.mean(axis=1, keepdims=True)
+    ry -= ry.mean(axis=1, keepdims=True)
+    scale = np.true_divide(1, n - 1)
+    cxy = np.einsum("ij,ij->i", rx, ry) * scale
+    cxx = np.einsum("ij,ij->i", rx, rx) * scale
+    cyy = np.einsum("ij,ij->i", ry, ry) * scale
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = cxy / np.sqrt(cyy) / np.sqrt(cxx)
+    out[ok] = np.clip(r, -1.0, 1.0)
+    return out
+
+
+def _spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """``scipy.stats.spearmanr(x, y).statistic`` without the constant-input warning."""
+    if len(x) < 2:
+        return float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(stats.spearmanr(x, y).statistic)
+
+
+def _kendall(x: Sequence[float], y: Sequence[float]) -> float:
+    if len(x) < 2:
+        return float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(stats.kendalltau(x, y).statistic)
+
+
+# --------------------------------------------------------------------------- cells
+def cell_means(indomain: pd.DataFrame) -> pd.DataFrame:
+    """Seed-mean AUROC and ``ece_scaled_fixed`` per (dataset, fraction, model).
+
+    Columns: dataset, fraction, model, auroc, ece_scaled_fixed. Rows: datasets
+    in :func:`dataset_order`, fractions ascending, models in CSV order. Cells
+    with a NaN mean are dropped; ``attrs["notes"]`` lists them.
+    """
+    _require(indomain, ["model", "dataset", "fraction", AUROC, ECE], "in-distribution")
+    df = indomain[["dataset", "fraction", "model", AUROC, ECE]].copy()
+    df["fraction"] = normalise_fractions(df["fraction"])
+    means = seed_means(df, ["dataset", "fraction", "model"], [AUROC, ECE]).reset_index()
+    notes = []
+    nan = means[AUROC].isna() | means[ECE].isna()
+    if nan.any():
+        dropped = ", ".join(f"{r.model}/{r.dataset}/{r.fraction:g}" for r in means.loc[nan].itertuples())
+        notes.append(f"decoupling: cells without a seed-mean AUROC or scaled ECE left out: {dropped}")
+        means = means.loc[~nan]
+    d_rank = {d: i for i, d in enumerate(dataset_order(indomain["dataset"]))}
+    m_rank = {m: i for i, m in enumerate(first_appearance(indomain["model"]))}
+    means = means.assign(_d=means["dataset"].map(d_rank), _m=means["model"].map(m_rank))
+    means = means.sort_values(["_d", "fraction", "_m"], kind="stable").drop(columns=["_d", "_m"])
+    return _with_notes(means.reset_index(drop=True), notes)
+
+
+def within_dataset_ranks(cells: pd.DataFrame) -> pd.DataFrame:
+    """Within each (dataset, fraction): rank_auroc = average rank of seed-mean
+    AUROC **descending**, rank_cal = average rank of seed-mean
+    ``ece_scaled_fixed`` **ascending** (§6.6). Same row order as ``cells``."""
+    out = cells.copy()
+    out["rank_auroc"] = np.nan
+    out["rank_cal"] = np.nan
+    for _, idx in out.groupby(["dataset", "fraction"], sort=False).groups.items():
+        out.loc[idx, "rank_auroc"] = stats.rankdata(-out.loc[idx, AUROC].to_numpy(dtype=float))
+        out.loc[idx, "rank_cal"] = stats.rankdata(out.loc[idx, ECE].to_numpy(dtype=float))
+    return out
+
+
+# --------------------------------------------------------------------------- §6.5
+def _model_bootstrap(a: np.ndarray, e: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+    """§6.5 bootstrap values: ``default_rng(seed)``; ``n_boot`` draws of
+    ``integers(0, n, n)``; a draw whose AUROC* has < 3 distinct values is
+    skipped; ρ = Spearman(AUROC*, −ECE*); NaN values dropped."""
+    n = len(a)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_boot, n))  # == n_boot calls of integers(0, n, n)
+    ab = a[idx]
+    eb = e[idx]
+    s = np.sort(ab, axis=1)
+    distinct = 1 + (np.diff(s, axis=1) != 0).sum(axis=1)
+    keep = distinct >= 3
+    rho = spearman_rows(ab[keep], -eb[keep])
+    return rho[~np.isnan(rho)]
+
+
+def rank_correlations(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_MODEL, seed: int = 0) -> pd.DataFrame:
+    """``rank_correlations`` (§6.5): per dataset × fraction, Spearman ρ and
+    Kendall τ-b between seed-mean AUROC and −``ece_scaled_fixed`` across models
+    (CSV order), with a model-bootstrap percentile CI.
+
+    Bootstrap: a fresh ``default_rng(seed)`` (0) for every (dataset, fraction);
+    ``n_boot`` (2,000) iterations, each ``rng.integers(0, n_models, n_models)``
+    model indices with replacement; a draw whose resampled AUROC vector has
+    fewer than 3 distinct values is skipped (the draw still consumes the RNG);
+    Spearman(AUROC*, −ECE*); NaN dropped; ci_lo / ci_hi = 2.5 / 97.5
+    percentiles.
+
+    Columns: dataset, fraction, n_models, spearman, kendall, ci_lo, ci_hi.
+    Rows: datasets in :func:`dataset_order`, fractions ascending. With fewer
+    than 3 models every statistic of the row is NaN ("not defined").
+    """
+    cells = cell_means(indomain)
+    notes = list(cells.attrs.get("notes", []))
+    rows = []
+    for (dataset, fraction), cell in cells.groupby(["dataset", "fraction"], sort=False):
+        a = cell[AUROC].to_numpy(dtype=float)
+        e = cell[ECE].to_numpy(dtype=float)
+        n = len(a)
+        row = {"dataset": dataset, "fraction": float(fraction), "n_models": n,
+               "spearman": np.nan, "kendall": np.nan, "ci_lo": np.nan, "ci_hi": np.nan}
+        where = f"rank_correlations {dataset} at fraction {fraction:g}"
+        if n < 3:
+            notes.append(f"{where}: {not_defined(f'{n} model(s), a rank correlation needs at least 3')}")
+            rows.append(row)
+            continue
+        row["spearman"] = _spearman(a, -e)
+        row["kendall"] = _kendall(a, -e)
+        if math.isnan(row["spearman"]):
+            notes.append(f"{where}: {not_defined('AUROC or scaled ECE is constant across models')}")
+        boot = _model_bootstrap(a, e, n_boot, seed)
+        row["ci_lo"], row["ci_hi"] = percentile_ci(boot)
+        if boot.size == 0:
+            notes.append(f"{where}: CI {not_defined('no bootstrap draw had 3 distinct AUROC values and a defined rho')}")
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=RANK_CORRELATION_COLUMNS)
+    out["n_models"] = out["n_models"].astype(int)
+    return _with_notes(out, notes)
+
+
+# --------------------------------------------------------------------------- §6.6
+def _rank_blocks(ranks: pd.DataFrame, fraction: float, datasets: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(rank_auroc, rank_cal) arrays of each dataset at ``fraction``, in ``datasets`` order."""
+    at = ranks.loc[ranks["fraction"] == fraction]
+    blocks = []
+    for d in datasets:
+        sub = at.loc[at["dataset"] == d]
+        blocks.append((sub["rank_auroc"].to_numpy(dtype=float), sub["rank_cal"].to_numpy(dtype=float)))
+    return blocks
+
+
+def _pooled_rho(blocks: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
+    if not blocks:
+        return float("nan")
+    ra = np.concatenate([b[0] for b in blocks])
+    rc = np.concatenate([b[1] for b in blocks])
+    return _spearman(ra, rc)
+
+
+def _cluster_rhos(blocks: Sequence[tuple[np.ndarray, np.ndarray]], draws: np.ndarray) -> np.ndarray:
+    """Pooled Spearman ρ of the stacked blocks named by each row of ``draws``."""
+    sizes = {len(b[0]) for b in blocks}
+    if len(sizes) == 1:
+        ra = np.stack([b[0] for b in blocks])  # (k, n)
+        rc = np.stack([b[1] for b in blocks])
+        b_ = draws.shape[0]
+        return spearman_rows(ra[draws].reshape(b_, -1), rc[draws].reshape(b_, -1))
+    return np.array([_pooled_rho([blocks[j] for j in row]) for row in draws], dtype=float)
+
+
+def _eligible_datasets(ranks: pd.DataFrame, fraction: float, notes: list[str] | None = None) -> list[str]:
+    """Datasets with at least 2 ranked models at ``fraction`` (dataset order)."""
+    at = ranks.loc[ranks["fraction"] == fraction]
+    counts = at.groupby("dataset", sort=False).size()
+    keep = [d for d in dataset_order(at["dataset"]) if counts.get(d, 0) >= 2]
+    dropped = [d for d in dataset_order(at["dataset"]) if d not in keep]
+    if dropped and notes is not None:
+        notes.append(f"pooled decoupling at fraction {fraction:g}: datasets with fewer than 2 models left out: "
+                     + ", ".join(map(str, dropped)))
+    return keep
+
+
+def pooled_rank_correlations(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_CLUSTER, seed: int = 0) -> pd.DataFrame:
+    """Pooled decoupling ρ with a dataset-cluster bootstrap, per fraction (§6.6).
+
+    Within each dataset the seed-mean AUROCs are ranked descending and the
+    seed-mean ``ece_scaled_fixed`` ascending (average ranks); the (rank_auroc,
+    rank_cal) pairs of all datasets (≥ 2 models each) are pooled and ρ =
+    Spearman over the pool. CI: a fresh ``default_rng(seed)`` (0) per fraction;
+    ``n_boot`` (5,000) iterations, each ``rng.choice(datasets, k)`` with
+    replacement from the k datasets in :func:`dataset_order`; the drawn
+    datasets' rank pairs are stacked (a dataset drawn twice appears twice) and
+    Spearman taken; 2.5 / 97.5 percentiles. Not saved as a CSV by the hook; its
+    numbers go to the headline.
+
+    Columns: fraction, n_datasets, n_pairs, rho, ci_lo, ci_hi.
+    """
+    ranks = within_dataset_ranks(cell_means(indomain))
+    notes = list(ranks.attrs.get("notes", []))
+    rows = []
+    for fraction in sorted(ranks["fraction"].unique()):
+        datasets = _eligible_datasets(ranks, fraction, notes)
+        blocks = _rank_blocks(ranks, fraction, datasets)
+        k = len(blocks)
+        n_pairs = int(sum(len(b[0]) for b in blocks))
+        rho = _pooled_rho(blocks)
+        lo = hi = float("nan")
+        where = f"pooled decoupling at fraction {fraction:g}"
+        if math.isnan(rho):
+            notes.append(f"{where}: {not_defined('fewer than 2 pooled rank pairs or a constant rank vector')}")
+        if k < 2:
+            notes.append(f"{where}: cluster CI {not_defined(f'{k} dataset(s), resampling datasets needs at least 2')}")
+        else:
+            rng = np.random.default_rng(seed)
+            draws = rng.choice(np.arange(k), size=(n_boot, k))  # == n_boot calls of choice(datasets, k)
+            lo, hi = percentile_ci(_cluster_rhos(blocks, draws))
+        rows.append({"fraction": float(fraction), "n_datasets": k, "n_pairs": n_pairs,
+                     "rho": rho, "ci_lo": lo, "ci_hi": hi})
+    return _with_notes(pd.DataFrame(rows, columns=POOLED_COLUMNS), notes)
+
+
+def _contrast_fractions(present: Iterable[float], fractions: Sequence[float]) -> tuple[float, float] | str:
+    """(low, high) normalised, or a reason why the contrast is not defined."""
+    lo, hi = (float(normalise_fractions(f)) for f in fractions)
+    have = set(float(f) for f in present)
+    missing = [f for f in (lo, hi) if f not in have]
+    if missing:
+        return f"fraction(s) {', '.join(f'{f:g}' for f in missing)} not in the in-distribution table"
+    if lo == hi:
+        return "the two contrast fractions are equal"
+    return lo, hi
+
+
+def pooled_contrast(
+    indomain: pd.DataFrame,
+    *,
+    fractions: Sequence[float] = CONTRAST_FRACTIONS,
+    n_boot: int = N_BOOT_CLUSTER,
+    seed: int = 1,
+) -> dict[str, Any]:
+    """Contrast pooled ρ(high) − pooled ρ(low) with a shared cluster bootstrap (§6.6).
+
+    ``fractions`` = (low, high), default (0.01, 1.0). Datasets: those with ≥ 2
+    models at both fractions, in **alphabetical** order. Observed difference =
+    pooled ρ(high) − pooled ρ(low) over those datasets. CI: ``default_rng(seed)``
+    (1); ``n_boot`` (5,000) iterations, each ``rng.choice(datasets, k)``; the
+    same drawn datasets are pooled at both fractions and the difference of the
+    two Spearman ρ's kept; 2.5 / 97.5 percentiles of the (non-NaN)
+    differences. Returns ``{"rho_low", "rho_high", "delta", "ci_lo", "ci_hi",
+    "n_datasets", "fractions"}``, or ``{"not_defined": reason}``.
+    """
+    ranks = within_dataset_ranks(cell_means(indomain))
+    pair = _contrast_fractions(ranks["fraction"].unique(), fractions)
+    if isinstance(pair, str):
+        return {"not_defined": pair}
+    lo_f, hi_f = pair
+    common = set(_eligible_datasets(ranks, lo_f)) & set(_eligible_datasets(ranks, hi_f))
+    datasets = sorted(common)
+    k = len(datasets)
+    if k < 2:
+        return {"not_defined": f"{k} dataset(s) measured at both fractions; the cluster bootstrap needs at least 2"}
+    b_lo = _rank_blocks(ranks, lo_f, datasets)
+    b_hi = _rank_blocks(ranks, hi_f, datasets)
+    rho_lo, rho_hi = _pooled_rho(b_lo), _pooled_rho(b_hi)
+    rng = np.random.default_rng(seed)
+    draws = rng.choice(np.arange(k), size=(n_boot, k))
+    diffs = _cluster_rhos(b_hi, draws) - _cluster_rhos(b_lo, draws)
+    ci_lo, ci_hi = percentile_ci(diffs)
+    return {"rho_low": rho_lo, "rho_high": rho_hi, "delta": rho_hi - rho_lo, "ci_lo": ci_lo,
+            "ci_hi": ci_hi, "n_datasets": k, "fractions": (lo_f, hi_f)}
+
+
+def wilcoxon_contrast(rank_corr: pd.DataFrame, *, fractions: Sequence[float] = CONTRAST_FRACTIONS) -> dict[str, Any]:
+    """Wilcoxon signed-rank test of the per-dataset §6.5 ρ at high vs low (§6.6).
+
+    ``scipy.stats.wilcoxon(rho_high, rho_low)`` with scipy's defaults (two-sided,
+    zero_method "wilcox", exact distribution for small samples without ties)
+    over the datasets with a defined ρ at both fractions. Returns ``{"W",
+    "p", "n_datasets"}`` or ``{"not_defined": reason}``.
+    """
+    rc = rank_corr.copy()
+    rc["fraction"] = normalise_fractions(rc["fraction"])
+    pair = _contrast_fractions(rc["fraction"].unique(), fractions)
+    if isinstance(pair, str):
+        return {"not_defined": pair}
+    lo_f, hi_f = pair
+    lo = rc.loc[rc["fraction"] == lo_f].set_index("dataset")["spearman"].dropna()
+    hi = rc.loc[rc["fraction"] == hi_f].set_index("dataset")["spearman"].dropna()
+    datasets = [d for d in dataset_order(rc["dataset"]) if d in lo.index and d in hi.index]
+    if not datasets:
+        return {"not_defined": "no dataset has a defined rho at both fractions"}
+    x = hi.loc[datasets].to_numpy(dtype=float)
+    y = lo.loc[datasets].to_numpy(dtype=float)
+    if np.all(x == y):
+        return {"not_defined": "all per-dataset differences are zero"}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = stats.wilcoxon(x, y)
+    except ValueError as exc:
+        return {"not_defined": f"wilcoxon failed ({exc})"}
+    return {"W": float(res.statistic), "p": float(res.pvalue), "n_datasets": len(datasets)}
+
+
+# --------------------------------------------------------------------------- §6.7
+def rank_diff_by_fraction(indomain: pd.DataFrame) -> pd.DataFrame:
+    """``rank_diff_by_fraction`` (§6.7): mean over models of |rank_auroc −
+    rank_cal| (the §6.6 within-dataset ranks) per (dataset, fraction).
+
+    One row per dataset in **alphabetical** order, first column ``dataset``,
+    then one column per fraction ascending, named ``str(fraction)`` ("0.01",
+    "0.05", "0.1", …, "1.0"); NaN where a dataset lacks the fraction.
+    """
+    ranks = within_dataset_ranks(cell_means(indomain))
+    notes = list(ranks.attrs.get("notes", []))
+    ranks["absdiff"] = (ranks["rank_auroc"] - ranks["rank_cal"]).abs()
+    means = ranks.groupby(["dataset", "fraction"], sort=False)["absdiff"].mean()
+    fractions = sorted(ranks["fraction"].unique())
+    datasets = sorted(ranks["dataset"].unique())
+    data: dict[str, list[Any]] = {"dataset": datasets}
+    for f in fractions:
+        data[str(float(f))] = [float(means.get((d, f), np.nan)) for d in datasets]
+    out = pd.DataFrame(data)
+    missing = [(d, f) for d in datasets for f in fractions if (d, f) not in means.index]
+    if missing:
+        notes.append("rank_diff_by_fraction: " + not_defined(
+            "no cells for " + ", ".join(f"{d} at {f:g}" for d, f in missing)))
+    return _with_notes(out, notes)
+
+
+# --------------------------------------------------------------------------- §6.8
+def rank_heterogeneity(rank_corr: pd.DataFrame, *, clip: float = 0.999) -> pd.DataFrame:
+    """DerSimonian–Laird random-effects pooling of the per-dataset §6.5 ρ (§6.8).
+
+    Per fraction, over the datasets with a defined ρ and n_models > 3:
+    z_i = atanh(clip(ρ_i, −0.999, 0.999)); v_i = 1/(n_models_i − 3);
+    w_i = 1/v_i; μ_FE = Σwz/Σw; Q = Σw(z − μ_FE)²; df = k − 1;
+    C = Σw − Σw²/Σw; τ² = max(0, (Q − df)/C); w*_i = 1/(v_i + τ²);
+    μ = Σw*z/Σw*; se = √(1/Σw*); rho = tanh(μ), ci_lo/ci_hi = tanh(μ ∓ 1.96 se);
+    i2 = max(0, (Q − df)/Q)·100 (0 when Q = 0). Needs k ≥ 2.
+
+    Columns: fraction, n_datasets, rho, ci_lo, ci_hi, tau2, i2, q, note
+    (empty, or "not defined: …").
+    """
+    rc = rank_corr.copy()
+    rc["fraction"] = normalise_fractions(rc["fraction"])
+    rows = []
+    for fraction in sorted(rc["fraction"].unique()):
+        at = rc.loc[(rc["fraction"] == fraction) & rc["spearman"].notna() & (rc["n_models"] > 3)]
+        k = len(at)
+        row = {"fraction": float(fraction), "n_datasets": k, "rho": np.nan, "ci_lo": np.nan,
+               "ci_hi": np.nan, "tau2": np.nan, "i2": np.nan, "q": np.nan, "note": ""}
+        if k < 2:
+            row["note"] = not_defined(f"{k} dataset(s) with a defined rho and more than 3 models; "
+                                      "heterogeneity needs at least 2")
+            rows.append(row)
+            continue
+        z = np.arctanh(np.clip(at["spearman"].to_numpy(dtype=float), -clip, clip))
+        v = 1.0 / (at["n_models"].to_numpy(dtype=float) - 3.0)
+        w = 1.0 / v
+        mu_fe = np.sum(w * z) / np.sum(w)
+        q = float(np.sum(w * (z - mu_fe) ** 2))
+        df = k - 1
+        c = np.sum(w) - np.sum(w ** 2) / np.sum(w)
+        tau2 = max(0.0, (q - df) / c)
+        ws = 1.0 / (v + tau2)
+        mu = np.sum(ws * z) / np.sum(ws)
+        se = math.sqrt(1.0 / np.sum(ws))
+        row.update(rho=math.tanh(mu), ci_lo=math.tanh(mu - 1.96 * se), ci_hi=math.tanh(mu + 1.96 * se),
+                   tau2=float(tau2), i2=(max(0.0, (q - df) / q) * 100.0 if q > 0 else 0.0), q=q)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=HETEROGENEITY_COLUMNS)
+
+
+# --------------------------------------------------------------------------- §6.9
+class _SeedGrid:
+    """Per-run AUROC / ECE at one fraction as arrays, for the §6.9 bootstrap."""
+
+    def __init__(self, indomain: pd.DataFrame, fraction: float, datasets: Sequence[str],
+                 models: Sequence[str], seeds: Sequence[Any]):
+        at = indomain.loc[normalise_fractions(indomain["fraction"]) == fraction]
+        runs = at.groupby(["dataset", "model", "seed"], sort=False)[[AUROC, ECE]].mean()
+        self.datasets = list(datasets)
+        self.models = {d: [m for m in models if any((d, m, s) in runs.index for s in seeds)] for d in datasets}
+        self.seeds = list(seeds)
+        self.missing: list[str] = []
+        self.auroc: list[np.ndarray] = []
+        self.ece: list[np.ndarray] = []
+        for d in self.datasets:
+            a = np.full((len(self.models[d]), len(self.seeds)), np.nan)
+            e = np.full_like(a, np.nan)
+            for i, m in enumerate(self.models[d]):
+                for j, s in enumerate(self.seeds):
+                    if (d, m, s) in runs.index:
+                        a[i, j], e[i, j] = runs.loc[(d, m, s)]
+                    else:
+                        self.missing.append(f"{m}/{d}/seed {s}")
+            self.auroc.append(a)
+            self.ece.append(e)
+        self.offsets = np.cumsum([0] + [len(self.models[d]) for d in self.datasets])
+
+    @property
+    def n_draws(self) -> int:
+        return int(self.offsets[-1])
+
+    def pooled(self, ds_idx: np.ndarray, seed_idx: np.ndarray) -> np.ndarray:
+        """Bootstrap ρ for draws ``ds_idx`` (B, k) and ``seed_idx`` (B, Σ models)."""
+        sizes = {len(self.models[d]) for d in self.datasets}
+        b = ds_idx.shape[0]
+        if len(sizes) == 1:
+            n = sizes.pop()
+            k = len(self.datasets)
+            a = np.stack(self.auroc)  # (k, n, S)
+            e = np.stack(self.ece)
+            s = seed_idx.reshape(b, k, n)
+            dd = np.arange(k)[None, :, None]
+            mm = np.arange(n)[None, None, :]
+            sel_a = a[dd, mm, s]  # (B, k, n): every dataset's chosen run
+            sel_e = e[dd, mm, s]
+            rows = np.arange(b)[:, None]
+            dra = sel_a[rows, ds_idx]  # (B, k, n): the drawn datasets
+            dre = sel_e[rows, ds_idx]
+            ra = stats.rankdata(-dra, axis=2).reshape(b, -1)
+            rc = stats.rankdata(dre, axis=2).reshape(b, -1)
+            return spearman_rows(ra, rc)
+        out = np.empty(b)
+        for i in range(b):
+            ra, rc = [], []
+            for j in ds_idx[i]:
+                d = self.datasets[j]
+                cols = seed_idx[i, self.offsets[j]:self.offsets[j + 1]]
+                rr = np.arange(len(self.models[d]))
+                ra.append(stats.rankdata(-self.auroc[j][rr, cols]))
+                rc.append(stats.rankdata(self.ece[j][rr, cols]))
+            out[i] = _spearman(np.concatenate(ra), np.concatenate(rc))
+        return out
+
+
+def seedlevel_draws(rng: np.random.Generator, n_datasets: int, n_seed_draws: int, n_seeds: int,
+                    n_boot: int) -> tuple[np.ndarray, np.ndarray]:
+    """The §6.9 draws, in the protocol's RNG order: per iteration (1)
+    ``rng.choice(datasets, n_datasets)`` then (2) ``n_seed_draws`` single
+    ``rng.choice(seeds)`` calls (datasets outer, models inner). Returned as
+    indices: (n_boot, n_datasets) and (n_boot, n_seed_draws)."""
+    ds_idx = np.empty((n_boot, n_datasets), dtype=np.int64)
+    seed_idx = np.empty((n_boot, n_seed_draws), dtype=np.int64)
+    for i in range(n_boot):
+        ds_idx[i] = rng.integers(0, n_datasets, n_datasets)
+        seed_idx[i] = rng.integers(0, n_seeds, n_seed_draws)
+    return ds_idx, seed_idx
+
+
+def _seed_grid_or_reason(indomain: pd.DataFrame, fraction: float, datasets: Sequence[str]) -> _SeedGrid | str:
+    if "seed" not in indomain.columns:
+        return "the in-distribution table has no 'seed' column"
+    models = first_appearance(indomain["model"])
+    seeds = first_appearance(indomain["seed"])
+    grid = _SeedGrid(indomain, fraction, datasets, models, seeds)
+    if grid.missing:
+        shown = ", ".join(grid.missing[:5]) + (" …" if len(grid.missing) > 5 else "")
+        return f"runs missing from the model × seed grid ({shown})"
+    bad = [d for d in grid.datasets if len(grid.models[d]) < 2]
+    if bad:
+        return f"fewer than 2 models in {', '.join(map(str, bad))}"
+    if len(grid.datasets) < 1:
+        return "no dataset"
+    if any(np.isnan(a).any() or np.isnan(e).any() for a, e in zip(grid.auroc, grid.ece)):
+        return "a run has a NaN AUROC or scaled ECE"
+    return grid
+
+
+def rank_correlations_seedlevel(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_SEED, seed: int = 0) -> pd.DataFrame:
+    """``rank_correlations_seedlevel`` (§6.9): seed-level dataset bootstrap per fraction.
+
+    A fresh ``default_rng(seed)`` (0) per fraction; ``n_boot`` (2,000)
+    iterations; per iteration, in this RNG order: (1) ``rng.choice(datasets,
+    k)`` with the k datasets of the fraction in :func:`dataset_order`; (2) for
+    every dataset of the *full* list and every model in CSV order, one
+    ``rng.choice(seeds)`` (seeds in order of first appearance); (3) for each
+    drawn dataset, the run with the chosen seed per model; AUROC ranked
+    descending and ``ece_scaled_fixed`` ascending within the dataset; pooled;
+    Spearman. **rho = mean of the bootstrap ρ's** (not a point estimate);
+    ci_lo / ci_hi = 2.5 / 97.5 percentiles; NaN ρ's are dropped.
+    Needs every (dataset, model, seed) run of the fraction.
+
+    Columns: fraction, rho, ci_lo, ci_hi.
+    """
+    cells = cell_means(indomain)
+    notes = list(cells.attrs.get("notes", []))
+    rows = []
+    for fraction in sorted(cells["fraction"].unique()):
+        datasets = dataset_order(cells.loc[cells["fraction"] == fraction, "dataset"])
+        grid = _seed_grid_or_reason(indomain, fraction, datasets)
+        row = {"fraction": float(fraction), "rho": np.nan, "ci_lo": np.nan, "ci_hi": np.nan}
+        if isinstance(grid, str):
+            notes.append(f"rank_correlations_seedlevel at fraction {fraction:g}: {not_defined(grid)}")
+            rows.append(row)
+            continue
+        rng = np.random.default_rng(seed)
+        ds_idx, seed_idx = seedlevel_draws(rng, len(grid.datasets), grid.n_draws, len(grid.seeds), n_boot)
+        rho = grid.pooled(ds_idx, seed_idx)
+        rho = rho[~np.isnan(rho)]
+        if rho.size == 0:
+            notes.append(f"rank_correlations_seedlevel at fraction {fraction:g}: "
+                         + not_defined("every bootstrap rho was NaN"))
+        else:
+            row["rho"] = float(np.mean(rho))
+            row["ci_lo"], row["ci_hi"] = percentile_ci(rho)
+        rows.append(row)
+    return _with_notes(pd.DataFrame(rows, columns=SEEDLEVEL_COLUMNS), notes)
+
+
+def seedlevel_contrast(
+    indomain: pd.DataFrame,
+    *,
+    fractions: Sequence[float] = CONTRAST_FRACTIONS,
+    n_boot: int = N_BOOT_SEED,
+    seed: int = 1,
+) -> dict[str, Any]:
+    """Seed-level contrast ρ(high) − ρ(low) (§6.9; README's Δρ = 0.62 [0.08, 1.13]).
+
+    ``default_rng(seed)`` (1); ``n_boot`` (2,000) iterations; one (datasets,
+    seeds) draw per iteration, in the §6.9 RNG order, shared by both fractions
+    (datasets measured at both, in :func:`dataset_order`; models per dataset =
+    those measured at both, CSV order). Reported ``delta`` = **mean of the
+    differences**; ci = 2.5 / 97.5 percentiles. Returns ``{"delta", "ci_lo",
+    "ci_hi", "n_datasets", "fractions"}`` or ``{"not_defined": reason}``.
+    """
+    cells = cell_means(indomain)
+    pair = _contrast_fractions(cells["fraction"].unique(), fractions)
+    if isinstance(pair, str):
+        return {"not_defined": pair}
+    lo_f, hi_f = pair
+    at_lo = cells.loc[cells["fraction"] == lo_f]
+    at_hi = cells.loc[cells["fraction"] == hi_f]
+    datasets = [d for d in dataset_order(cells["dataset"])
+                if d in set(at_lo["dataset"]) and d in set(at_hi["dataset"])]
+    if not datasets:
+        return {"not_defined": "no dataset is measured at both fractions"}
+    both = indomain.loc[indomain["model"].isin(set(at_lo["model"]) & set(at_hi["model"]))]
+    g_lo = _seed_grid_or_reason(both, lo_f, datasets)
+    g_hi = _seed_grid_or_reason(both, hi_f, datasets)
+    for g in (g_lo, g_hi):
+        if isinstance(g, str):
+            return {"not_defined": g}
+    if g_lo.models != g_hi.models or g_lo.seeds != g_hi.seeds:
+        return {"not_defined": "the model or seed grids differ between the two fractions"}
+    rng = np.random.default_rng(seed)
+    ds_idx, seed_idx = seedlevel_draws(rng, len(datasets), g_lo.n_draws, len(g_lo.seeds), n_boot)
+    diffs = g_hi.pooled(ds_idx, seed_idx) - g_lo.pooled(ds_idx, seed_idx)
+    diffs = diffs[~np.isnan(diffs)]
+    if diffs.size == 0:
+        return {"not_defined": "every bootstrap difference was NaN"}
+    lo, hi = percentile_ci(diffs)
+    return {"delta": float(np.mean(diffs)), "ci_lo": lo, "ci_hi": hi, "n_datasets": len(datasets),
+            "fractions": (lo_f, hi_f)}
+
+
+# --------------------------------------------------------------------------- hook
+def _contrast_option(options: Mapping[str, Any]) -> tuple[float, float]:
+    value = options.get("contrast_fractions", CONTRAST_FRACTIONS) if options else CONTRAST_FRACTIONS
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise PrismError(f"option contrast_fractions: {value!r} is not a pair of fractions, e.g. [0.01, 1.0]") from None
+    return lo, hi
+
+
+def _headline_contrast(headline: dict[str, Any], notes: list[str], prefix: str, result: Mapping[str, Any],
+                       keys: Sequence[str]) -> None:
+    if "not_defined" in result:
+        text = not_defined(result["not_defined"])
+        headline[prefix] = text
+        notes.append(f"{prefix}: {text}")
+        return
+    for k in keys:
+        headline[f"{prefix}_{k}" if k != "delta" else prefix] = result[k]
+
+
+def decoupling_summary(tables: RunTables, options: Mapping[str, Any] | None = None) -> SummaryOutput | None:
+    """All of §6.5-6.9 from ``tables.indomain``: tables ``rank_correlations``,
+    ``rank_correlations_seedlevel``, ``rank_diff_by_fraction``,
+    ``rank_correlation_heterogeneity`` and the headline numbers (pooled ρ and
+    cluster CI per fraction, the pooled contrast, Wilcoxon W/p, I² / τ² /
+    random-effects ρ per fraction, seed-level ρ per fraction and contrast).
+    ``None`` when there is no in-distribution table.
+
+    Option ``contrast_fractions`` (default ``[0.01, 1.0]``) picks the (low,
+    high) fractions of the contrasts and of the Wilcoxon test.
+    """
+    indomain = tables.indomain
+    if indomain is None:
+        return None
+    options = options or {}
+    frac_pair = _contrast_option(options)
+    out = SummaryOutput()
+    notes = out.notes
+    headline = out.headline
+
+    rc = rank_correlations(indomain)
+    notes.extend(rc.attrs.get("notes", []))
+    out.tables["rank_correlations"] = rc
+
+    seedlevel = rank_correlations_seedlevel(indomain)
+    notes.extend(n for n in seedlevel.attrs.get("notes", []) if n not in notes)
+    out.tables["rank_correlations_seedlevel"] = seedlevel
+
+    rdiff = rank_diff_by_fraction(indomain)
+    notes.extend(n for n in rdiff.attrs.get("notes", []) if n not in notes)
+    out.tables["rank_diff_by_fraction"] = rdiff
+
+    het = rank_heterogeneity(rc)
+    out.tables["rank_correlation_heterogeneity"] = het
+    for r in het.itertuples():
+        pct = fraction_pct(r.fraction)
+        if r.note:
+            headline[f"decoupling_i2_{pct}"] = r.note
+            notes.append(f"rank_correlation_heterogeneity at fraction {r.fraction:g}: {r.note}")
+            continue
+        headline[f"decoupling_i2_{pct}"] = r.i2
+        headline[f"decoupling_tau2_{pct}"] = r.tau2
+        headline[f"decoupling_re_rho_{pct}"] = r.rho
+
+    pooled = pooled_rank_correlations(indomain)
+    notes.extend(n for n in pooled.attrs.get("notes", []) if n not in notes)
+    for r in pooled.itertuples():
+        pct = fraction_pct(r.fraction)
+        headline[f"decoupling_pooled_rho_{pct}"] = r.rho if not math.isnan(r.rho) else not_defined(
+            "pooled rank pairs constant or too few")
+        if not math.isnan(r.ci_lo):
+            headline[f"decoupling_pooled_rho_{pct}_ci_lo"] = r.ci_lo
+            headline[f"decoupling_pooled_rho_{pct}_ci_hi"] = r.ci_hi
+
+    _headline_contrast(headline, notes, "decoupling_pooled_contrast", pooled_contrast(indomain, fractions=frac_pair),
+                       ("delta", "ci_lo", "ci_hi", "n_datasets"))
+    _headline_contrast(headline, notes, "decoupling_wilcoxon", wilcoxon_contrast(rc, fractions=frac_pair),
+                       ("W", "p", "n_datasets"))
+    for r in seedlevel.itertuples():
+        headline[f"decoupling_seedlevel_rho_{fraction_pct(r.fraction)}"] = (
+            r.rho if not math.isnan(r.rho) else not_defined("see notes"))
+    _headline_contrast(headline, notes, "decoupling_seedlevel_contrast",
+                       seedlevel_contrast(indomain, fractions=frac_pair), ("delta", "ci_lo", "ci_hi", "n_datasets"))
+    return out
+
+
+@hookimpl
+def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | None:
+    """PROTOCOL §6.5-6.9 (see :func:`decoupling_summary`)."""
+    return decoupling_summary(tables, options)

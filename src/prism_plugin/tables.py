@@ -1,0 +1,126 @@
+"""Per-run tables in the reference (results_v2) schema, and summary outputs.
+
+Data flows one way: runs -> tables -> summaries -> report. This module holds the
+tables stage: :class:`RunTables` bundles the per-run tables that summaries read,
+whether they come from the user's results directories or from a directory with
+the published ``results_v2`` layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from prism_plugin.errors import PrismError
+
+#: File name (results_v2 layout) of each per-run table, and the columns that
+#: must be present for the summaries to read it.
+REFERENCE_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "indomain": (
+        "indomain_all_v2.csv",
+        ("model", "dataset", "fraction", "seed", "auroc", "f1_macro", "ece_fixed",
+         "temperature", "ece_scaled_fixed", "degeneracy_share", "degenerate"),
+    ),
+    "transfer": (
+        "ood_all_v2.csv",
+        ("model", "src", "tgt", "pair", "fraction", "seed", "auroc", "ece_fixed",
+         "temperature_src", "ece_scaled_fixed", "degeneracy_share", "degenerate"),
+    ),
+    "camelyon17_indomain": (
+        "camelyon17_indomain.csv",
+        ("model", "hospital", "fraction", "seed", "auroc", "ece_fixed", "ece_scaled_fixed"),
+    ),
+    "camelyon17_transfer": (
+        "camelyon17_transfer.csv",
+        ("model", "src", "tgt", "pair", "fraction", "seed", "auroc", "ece_fixed",
+         "ece_scaled_fixed"),
+    ),
+    "indomain_propval": (
+        "indomain_propval.csv",
+        ("model", "dataset", "fraction", "seed", "n_train", "n_val"),
+    ),
+}
+
+
+@dataclass
+class RunTables:
+    """The per-run tables a summary may read; ``None`` = not measured."""
+
+    indomain: pd.DataFrame | None = None
+    transfer: pd.DataFrame | None = None
+    camelyon17_indomain: pd.DataFrame | None = None
+    camelyon17_transfer: pd.DataFrame | None = None
+    indomain_propval: pd.DataFrame | None = None
+
+    def present(self) -> list[str]:
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+
+    @classmethod
+    def from_reference_dir(cls, directory: str | Path, *, required: tuple[str, ...] = ()) -> "RunTables":
+        """Read a directory with the published results_v2 layout.
+
+        Files that are absent leave their table ``None`` unless named in
+        ``required``; a file that is present but malformed is an error naming it.
+        """
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise PrismError(
+                f"reference directory {directory} does not exist; pass --reference DIR "
+                "with a results_v2 layout (e.g. indomain_all_v2.csv, ood_all_v2.csv)"
+            )
+        out: dict[str, pd.DataFrame] = {}
+        for key, (fname, cols) in REFERENCE_FILES.items():
+            path = directory / fname
+            if not path.exists():
+                if key in required:
+                    raise PrismError(f"reference directory {directory} lacks {fname}")
+                continue
+            out[key] = read_run_table(path, cols)
+        if not out:
+            raise PrismError(
+                f"reference directory {directory} holds none of "
+                + ", ".join(f for f, _ in REFERENCE_FILES.values())
+            )
+        return cls(**out)
+
+
+def read_run_table(path: Path, required_columns: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Read one per-run CSV; a missing column or unparsable file names the file."""
+    try:
+        df = pd.read_csv(path)
+    except Exception as exc:  # pandas raises many types for malformed CSV
+        raise PrismError(f"{path}: cannot be read as CSV ({type(exc).__name__}: {exc})") from None
+    missing = [c for c in required_columns if c not in df.columns]
+    if missing:
+        raise PrismError(f"{path}: missing column(s) {', '.join(missing)}")
+    if df.empty:
+        raise PrismError(f"{path}: has no rows")
+    return df
+
+
+@dataclass
+class SummaryOutput:
+    """What a ``summarize`` hook returns.
+
+    ``tables`` maps a file stem (``rank_correlations``) to a DataFrame written as
+    ``<stem>.csv``; ``headline`` holds scalars merged into ``findings.json``;
+    ``notes`` say, in one line each, what could not be computed and why.
+    """
+
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    headline: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def merge(self, other: "SummaryOutput", origin: str = "") -> None:
+        for name, table in other.tables.items():
+            if name in self.tables:
+                raise PrismError(f"summary table {name!r} produced twice (second by {origin or 'a plugin'})")
+            self.tables[name] = table
+        for key, value in other.headline.items():
+            if key in self.headline:
+                raise PrismError(f"headline {key!r} produced twice (second by {origin or 'a plugin'})")
+            self.headline[key] = value
+        self.notes.extend(other.notes)

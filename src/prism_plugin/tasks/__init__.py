@@ -1,0 +1,1 @@
+"""Task loading: YAML loader, task index and the typed schema."""

@@ -1,0 +1,253 @@
+"""The typed task schema: one place that turns a YAML mapping into a :class:`TaskConfig`.
+
+Every error names the file, the line and the key, and suggests the closest
+known key for typos.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prism_plugin.errors import PrismError, suggest
+from prism_plugin.protocol.grid import DEFAULT_FRACTIONS, DEFAULT_SEEDS
+from prism_plugin.tasks.loader import Located
+
+TASK_KINDS = ("indomain",)
+SPLIT_NAMES = ("train", "val", "test")
+SOURCE_TYPES = ("imagefolder", "demo", "precomputed")
+MAX_SEED = 2**32 - 1
+
+TOP_KEYS = {
+    "task", "description", "kind", "dataset", "embeddings_key", "n_classes", "class_names", "source",
+    "splits", "label_fractions", "seeds", "probe", "ece_bins", "binary_logits", "temperature_bounds",
+    "proportional_val", "tags",
+}
+PROBE_KEYS = {"kind", "C", "max_iter", "tol"}
+SPLIT_KEYS = {"name", "size", "class_counts"}
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    name: str
+    size: int | None = None
+    class_counts: tuple[int, ...] | None = None
+
+
+@dataclass
+class TaskConfig:
+    """A resolved, validated task."""
+
+    name: str
+    file: str
+    dataset: str
+    n_classes: int
+    class_names: tuple[str, ...]
+    source: dict[str, Any]
+    splits: dict[str, SplitConfig]
+    kind: str = "indomain"
+    description: str = ""
+    embeddings_key: str = ""
+    label_fractions: tuple[float, ...] = DEFAULT_FRACTIONS
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    probe: dict[str, Any] = field(default_factory=lambda: {"kind": "logistic", "C": 1.0, "max_iter": 1000})
+    ece_bins: int = 15
+    binary_logits: str = "symmetric"
+    temperature_bounds: tuple[float, float] = (0.1, 10.0)
+    proportional_val: bool = False
+    tags: tuple[str, ...] = ()
+
+    def resolved(self) -> dict[str, Any]:
+        """The task as plain data (for summary.json and fingerprints)."""
+        out = asdict(self)
+        out["splits"] = {k: asdict(v) for k, v in self.splits.items()}
+        return out
+
+    @property
+    def has_val(self) -> bool:
+        return "val" in self.splits
+
+
+class _Checker:
+    def __init__(self, located: Located):
+        self.loc = located
+
+    def fail(self, key: str, message: str) -> PrismError:
+        return PrismError(f"{self.loc.where(key)}: {key}: {message}")
+
+    def unknown(self, mapping: dict, allowed: set[str], prefix: str = "") -> None:
+        for key in mapping:
+            if key not in allowed:
+                full = f"{prefix}{key}"
+                raise PrismError(
+                    f"{self.loc.where(full)}: unknown key {full!r}{suggest(str(key), allowed)} "
+                    f"(allowed: {', '.join(sorted(allowed))})"
+                )
+
+    def string(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def integer(self, value: Any, key: str, lo: int, hi: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(key, f"must be an integer, got {value!r}")
+        if not lo <= value <= hi:
+            raise self.fail(key, f"must be between {lo} and {hi}, got {value}")
+        return value
+
+    def number(self, value: Any, key: str, lo: float, hi: float, lo_open: bool = False) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.fail(key, f"must be a finite number, got {value!r}")
+        if value < lo or value > hi or (lo_open and value == lo):
+            interval = f"{'(' if lo_open else '['}{lo}, {hi}]"
+            raise self.fail(key, f"must be in {interval}, got {value}")
+        return float(value)
+
+    def boolean(self, value: Any, key: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, f"must be true or false, got {value!r}")
+        return value
+
+    def str_list(self, value: Any, key: str) -> tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(key, f"must be a list of non-empty strings, got {value!r}")
+        return tuple(value)
+
+
+def build_task(located: Located) -> TaskConfig:
+    """Validate a resolved YAML mapping (includes applied) into a TaskConfig."""
+    d = located.data
+    c = _Checker(located)
+    c.unknown(d, TOP_KEYS)
+    for required in ("task", "dataset", "source", "splits"):
+        if required not in d:
+            raise PrismError(f"{located.file}: missing required key {required!r}")
+    name = c.string(d["task"], "task")
+    kind = d.get("kind", "indomain")
+    if kind not in TASK_KINDS:
+        raise c.fail("kind", f"must be one of {', '.join(TASK_KINDS)}, got {kind!r}{suggest(str(kind), TASK_KINDS)}")
+    dataset = c.string(d["dataset"], "dataset")
+
+    class_names = c.str_list(d["class_names"], "class_names") if "class_names" in d else ()
+    if len(set(class_names)) != len(class_names):
+        raise c.fail("class_names", "contains duplicates")
+    if "n_classes" in d:
+        n_classes = c.integer(d["n_classes"], "n_classes", 2, 100_000)
+        if class_names and len(class_names) != n_classes:
+            raise c.fail("n_classes", f"is {n_classes} but class_names lists {len(class_names)} names")
+    elif class_names:
+        n_classes = len(class_names)
+    else:
+        raise PrismError(f"{located.file}: give n_classes or class_names")
+    if len(class_names) == 1:
+        raise c.fail("class_names", "a task needs at least 2 classes")
+
+    source = d["source"]
+    if not isinstance(source, dict) or "type" not in source:
+        raise c.fail("source", "must be a mapping with a 'type' (imagefolder, demo, precomputed, ...)")
+    c.string(source["type"], "source.type")
+
+    splits_raw = d["splits"]
+    if not isinstance(splits_raw, dict):
+        raise c.fail("splits", "must map train/val/test to split names or {name, size}")
+    c.unknown(splits_raw, set(SPLIT_NAMES), "splits.")
+    for req in ("train", "test"):
+        if req not in splits_raw:
+            raise c.fail("splits", f"needs a {req!r} split")
+    splits: dict[str, SplitConfig] = {}
+    for split, spec in splits_raw.items():
+        key = f"splits.{split}"
+        if isinstance(spec, str):
+            splits[split] = SplitConfig(name=spec)
+            continue
+        if not isinstance(spec, dict):
+            raise c.fail(key, "must be a split name or a mapping {name, size, class_counts}")
+        c.unknown(spec, SPLIT_KEYS, key + ".")
+        counts = spec.get("class_counts")
+        if counts is not None:
+            if not isinstance(counts, list) or len(counts) != n_classes or not all(
+                isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in counts
+            ):
+                raise c.fail(key + ".class_counts", f"must list {n_classes} non-negative integers")
+            counts = tuple(counts)
+        size = spec.get("size")
+        if size is not None:
+            size = c.integer(size, key + ".size", 1, 10**9)
+        if size is not None and counts is not None and sum(counts) != size:
+            raise c.fail(key + ".class_counts", f"sums to {sum(counts)} but size is {size}")
+        splits[split] = SplitConfig(name=c.string(spec.get("name", split), key + ".name"), size=size, class_counts=counts)
+
+    fractions = DEFAULT_FRACTIONS
+    if "label_fractions" in d:
+        raw = d["label_fractions"]
+        if not isinstance(raw, list) or not raw:
+            raise c.fail("label_fractions", "must be a non-empty list of numbers in (0, 1]")
+        fractions = tuple(c.number(v, "label_fractions", 0.0, 1.0, lo_open=True) for v in raw)
+        if len(set(fractions)) != len(fractions):
+            raise c.fail("label_fractions", "contains duplicates")
+    seeds = DEFAULT_SEEDS
+    if "seeds" in d:
+        raw = d["seeds"]
+        if not isinstance(raw, list) or not raw:
+            raise c.fail("seeds", "must be a non-empty list of integers")
+        seeds = tuple(c.integer(v, "seeds", 0, MAX_SEED) for v in raw)
+        if len(set(seeds)) != len(seeds):
+            raise c.fail("seeds", "contains duplicates")
+
+    probe = {"kind": "logistic", "C": 1.0, "max_iter": 1000}
+    if "probe" in d:
+        raw = d["probe"]
+        if not isinstance(raw, dict):
+            raise c.fail("probe", "must be a mapping, e.g. {kind: logistic, C: 1.0}")
+        kind_p = raw.get("kind", "logistic")
+        c.string(kind_p, "probe.kind")
+        if kind_p == "logistic":
+            c.unknown(raw, PROBE_KEYS, "probe.")
+            if "C" in raw:
+                c.number(raw["C"], "probe.C", 0.0, 1e12, lo_open=True)
+            if "max_iter" in raw:
+                c.integer(raw["max_iter"], "probe.max_iter", 1, 10**7)
+            if "tol" in raw:
+                c.number(raw["tol"], "probe.tol", 0.0, 1.0, lo_open=True)
+        probe = {**({"C": 1.0, "max_iter": 1000} if kind_p == "logistic" else {}), **raw, "kind": kind_p}
+
+    ece_bins = c.integer(d.get("ece_bins", 15), "ece_bins", 1, 10_000)
+    binary_logits = d.get("binary_logits", "symmetric")
+    if binary_logits not in ("symmetric", "natural"):
+        raise c.fail("binary_logits", f"must be 'symmetric' (reference, T = 2 neutral) or 'natural', got {binary_logits!r}")
+    bounds = d.get("temperature_bounds", [0.1, 10.0])
+    if not isinstance(bounds, list) or len(bounds) != 2:
+        raise c.fail("temperature_bounds", "must be [low, high]")
+    lo = c.number(bounds[0], "temperature_bounds", 0.0, 1e6, lo_open=True)
+    hi = c.number(bounds[1], "temperature_bounds", 0.0, 1e6, lo_open=True)
+    if lo >= hi:
+        raise c.fail("temperature_bounds", f"low {lo} must be below high {hi}")
+    return TaskConfig(
+        name=name,
+        file=str(located.file),
+        dataset=dataset,
+        n_classes=n_classes,
+        class_names=class_names,
+        source=dict(source),
+        splits=splits,
+        kind=kind,
+        description=str(d.get("description", "")),
+        embeddings_key=str(d.get("embeddings_key", "") or dataset),
+        label_fractions=fractions,
+        seeds=seeds,
+        probe=probe,
+        ece_bins=ece_bins,
+        binary_logits=binary_logits,
+        temperature_bounds=(lo, hi),
+        proportional_val=c.boolean(d.get("proportional_val", False), "proportional_val"),
+        tags=c.str_list(d.get("tags", []), "tags") if d.get("tags") else (),
+    )
+
+
+def task_from_file(path: Path, search_paths: list[Path]) -> TaskConfig:
+    from prism_plugin.tasks.loader import parse_yaml, resolve_includes
+
+    return build_task(resolve_includes(parse_yaml(path), search_paths))
