@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import warnings
@@ -11,8 +12,12 @@ from typing import Sequence
 
 from prism_plugin.errors import PrismError
 
-SUBCOMMANDS = ("ls", "validate", "report")
 PROG = "prism-run"
+
+#: Subcommands living in their own modules: name -> module under prism_plugin.commands.
+#: Each module defines ``add_parser(subparsers)`` and ``run(args) -> int``.
+COMMAND_MODULES: dict[str, str] = {}
+SUBCOMMANDS = ("ls", "validate", "report", *COMMAND_MODULES)
 
 
 def _one_line_warnings() -> None:
@@ -63,6 +68,8 @@ def main_parser() -> argparse.ArgumentParser:
                    help="embedding cache (default: $PRISM_CACHE_DIR or ~/.cache/prism-plugin)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override a task key, e.g. --set label_fractions=[0.01,0.1] --set probe.C=0.1")
+    p.add_argument("--probe-backend", choices=("sklearn", "torch"), default=None,
+                   help="logistic probe solver: sklearn lbfgs (reference, default) or the converged torch backend")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="take N items per split (smoke runs)")
     p.add_argument("--allow-size-mismatch", action="store_true",
                    help="run even if split sizes differ from those recorded in the task")
@@ -88,6 +95,9 @@ def sub_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="(re)write report.md for a results directory")
     rep.add_argument("results_dir", type=Path)
     _common(rep)
+    for name, module in COMMAND_MODULES.items():
+        mod = importlib.import_module(f"prism_plugin.commands.{module}")
+        _common(mod.add_parser(sub))
     return p
 
 
@@ -163,7 +173,8 @@ def cmd_main(args) -> int:
     host = _host(args)
     index = default_index(host, args.include_path)
     model_args = parse_model_args(args.model_args)
-    tasks = [index.load(t, args.overrides) for t in args.task]  # validate every task before any work
+    overrides = list(args.overrides) + ([f"probe.backend={args.probe_backend}"] if args.probe_backend else [])
+    tasks = [index.load(t, overrides) for t in args.task]  # validate every task before any work
     adapters = [make_adapter(host, m, model_args) for m in args.model]
     single = len(tasks) == 1 and len(adapters) == 1
     base = Path("prism_results")
@@ -194,7 +205,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv
     if argv and argv[0] in SUBCOMMANDS:
         args = sub_parser().parse_args(argv)
-        handler = {"ls": cmd_ls, "validate": cmd_validate, "report": cmd_report}[args.command]
+        builtin = {"ls": cmd_ls, "validate": cmd_validate, "report": cmd_report}
+        if args.command in builtin:
+            handler = builtin[args.command]
+        else:
+            handler = importlib.import_module(f"prism_plugin.commands.{COMMAND_MODULES[args.command]}").run
     else:
         args = main_parser().parse_args(argv)
         handler = cmd_main

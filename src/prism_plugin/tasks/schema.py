@@ -25,7 +25,7 @@ TOP_KEYS = {
     "splits", "label_fractions", "seeds", "probe", "ece_bins", "binary_logits", "temperature_bounds",
     "proportional_val", "tags",
 }
-PROBE_KEYS = {"kind", "C", "max_iter", "tol"}
+PROBE_KEYS = {"kind", "C", "max_iter", "tol", "backend"}
 SPLIT_KEYS = {"name", "size", "class_counts"}
 
 
@@ -212,6 +212,8 @@ def build_task(located: Located) -> TaskConfig:
                 c.integer(raw["max_iter"], "probe.max_iter", 1, 10**7)
             if "tol" in raw:
                 c.number(raw["tol"], "probe.tol", 0.0, 1.0, lo_open=True)
+            if raw.get("backend", "sklearn") not in ("sklearn", "torch"):
+                raise c.fail("probe.backend", f"must be 'sklearn' (reference, default) or 'torch', got {raw['backend']!r}")
         probe = {**({"C": 1.0, "max_iter": 1000} if kind_p == "logistic" else {}), **raw, "kind": kind_p}
 
     ece_bins = c.integer(d.get("ece_bins", 15), "ece_bins", 1, 10_000)
