@@ -28,12 +28,14 @@ import pandas as pd
 #: extra per-run metrics, then metadata. Unknown plugin columns go in between.
 LEADING_COLUMNS = [
     "model", "dataset", "src", "tgt", "pair", "hospital", "fraction", "seed", "n_train", "n_classes",
-    "auroc", "f1_macro", "f1_binary", "brier", "ece_fixed", "ece_adaptive", "temperature",
-    "ece_scaled_fixed", "ece_scaled_adaptive", "degeneracy_share", "degenerate", "forced_classes",
-    "nll", "nll_scaled", "temperature_prop", "ece_scaled_prop",
+    "auroc", "f1_macro", "f1_binary", "brier", "ece_fixed", "ece_adaptive", "temperature", "temperature_src",
+    "ece_scaled_fixed", "ece_scaled_adaptive", "temperature_oracle", "ece_scaled_oracle",
+    "temperature_prop", "ece_scaled_prop", "degeneracy_share", "degenerate", "forced_classes",
+    "nll", "nll_scaled",
 ]
 TRAILING_COLUMNS = [
     "n_val", "n_val_prop", "forced_val_classes", "n_test", "task", "adapter", "probe", "probe_converged",
+    "reference_table",
 ]
 
 

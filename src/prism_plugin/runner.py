@@ -93,12 +93,15 @@ def _check_expected(task: TaskConfig, split: str, y: np.ndarray, opts: JobOption
         warnings.warn(msg, stacklevel=2)
 
 
-def load_embeddings(task: TaskConfig, adapter, opts: JobOptions) -> tuple[dict[str, SplitArrays], dict[str, Any]]:
-    """Embeddings of every split of the task (from the cache, extracting what is missing)."""
+def load_embeddings(task: TaskConfig, adapter, opts: JobOptions,
+                    only: tuple[str, ...] | None = None) -> tuple[dict[str, SplitArrays], dict[str, Any]]:
+    """Embeddings of the task's splits (from the cache, extracting what is missing)."""
     splits: dict[str, SplitArrays] = {}
     info: dict[str, Any] = {"fingerprints": {}, "extracted_tiles": 0, "extraction_seconds": 0.0, "cache": {}}
+    wanted = [s for s in task.splits if only is None or s in only]
     if adapter.input_kind == "features":
-        for split, cfg in task.splits.items():
+        for split in wanted:
+            cfg = task.splits[split]
             X, y, fp = adapter.load_split(task.embeddings_key, cfg.name)
             if opts.limit is not None:
                 from prism_plugin.data.sources import _limit_indices
@@ -115,7 +118,7 @@ def load_embeddings(task: TaskConfig, adapter, opts: JobOptions) -> tuple[dict[s
     cache = EmbeddingCache(opts.cache_dir)
     device = None
     adapter_fp = adapter.fingerprint()
-    for split in task.splits:
+    for split in wanted:
         images = source.split(split, opts.limit)
         _check_expected(task, split, images.labels, opts)
         entry = cache.entry(adapter_fp, images.fingerprint, split)
@@ -147,6 +150,40 @@ def load_embeddings(task: TaskConfig, adapter, opts: JobOptions) -> tuple[dict[s
     return splits, info
 
 
+def transfer_embeddings(task: TaskConfig, adapter, opts: JobOptions) -> tuple[dict[str, SplitArrays], dict[str, Any]]:
+    """Source train/val and target evaluation split, with the task's label maps applied."""
+    from prism_plugin.protocol.labels import apply_label_map
+
+    src_cfg, tgt_cfg = task.source_config, task.target_config
+    src, src_info = load_embeddings(src_cfg, adapter, opts, only=("train", "val"))
+    tgt, tgt_info = load_embeddings(tgt_cfg, adapter, opts, only=(task.target_split,))
+    out: dict[str, SplitArrays] = {}
+    for split, arrays, mapping, role, cfg in (
+        ("train", src.get("train"), task.source_labels, "source", src_cfg),
+        ("val", src.get("val"), task.source_labels, "source", src_cfg),
+        ("test", tgt[task.target_split], task.target_labels, "target", tgt_cfg),
+    ):
+        if arrays is None:
+            continue
+        y = apply_label_map(arrays.y, mapping, f"{task.file}: {role}_labels")
+        if y.size and int(y.max()) >= task.n_classes:
+            raise PrismError(
+                f"{task.file}: {role} task {cfg.name} labels map to {sorted(set(y.tolist()))[:10]}, outside the "
+                f"transfer task's {task.n_classes} classes; set {role}_labels (e.g. {{positive: [1]}}) so source "
+                "and target share one label space"
+            )
+        out[split] = SplitArrays(arrays.X, y, name=f"{task.name} {role} {cfg.name} {split if role == 'source' else task.target_split}")
+    info = {
+        "fingerprints": {f"source_{k}": v for k, v in src_info["fingerprints"].items()}
+        | {f"target_{k}": v for k, v in tgt_info["fingerprints"].items()},
+        "extracted_tiles": src_info["extracted_tiles"] + tgt_info["extracted_tiles"],
+        "extraction_seconds": src_info["extraction_seconds"] + tgt_info["extraction_seconds"],
+        "cache": {f"source_{k}": v for k, v in src_info["cache"].items()}
+        | {f"target_{k}": v for k, v in tgt_info["cache"].items()},
+    }
+    return out, info
+
+
 def run_fingerprint(task: TaskConfig, adapter, emb_info: dict[str, Any]) -> str:
     versions = library_versions()
     payload = {
@@ -166,9 +203,12 @@ def default_output(base: Path, task: str, adapter_name: str) -> Path:
 def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     """Run one task for one adapter; write and return the results directory."""
     t_start = time.perf_counter()
-    splits, emb_info = load_embeddings(task, adapter, opts)
+    if task.is_transfer:
+        splits, emb_info = transfer_embeddings(task, adapter, opts)
+    else:
+        splits, emb_info = load_embeddings(task, adapter, opts)
     k = check_splits(splits["train"], splits.get("val"), splits["test"], task.n_classes)
-    if not task.has_val:
+    if "val" not in splits:
         warnings.warn(f"task {task.name} has no validation split: temperature and scaled ECE are NaN "
                       "(the temperature is never fitted on test)", stacklevel=2)
     spec = GridSpec(
@@ -188,8 +228,16 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
             stale.append(f"{key.id}: {reason}")
         return False
 
-    ident = {"task": task.name, "adapter": adapter.name, "model": adapter.display_name, "dataset": task.dataset,
-             "class_names": task.class_names, "meta": {"kind": task.kind}}
+    if task.is_transfer:
+        columns = {"src": task.src, "tgt": task.tgt, "pair": task.pair}
+    else:
+        columns = {"dataset": task.dataset}
+    columns.update(task.columns)
+    table = task.reference_table or ("transfer" if task.is_transfer else
+                                     "indomain_propval" if task.proportional_val else "indomain")
+    ident = {"reference_table": table, "task": task.name, "adapter": adapter.name, "model": adapter.display_name, "dataset": task.dataset,
+             "class_names": task.class_names, "columns": columns,
+             "meta": {"kind": task.kind, "src": task.src, "tgt": task.tgt, "pair": task.pair}}
     t_grid = time.perf_counter()
     run_grid(splits["train"], splits.get("val"), splits["test"], k, spec, host, ident, skip=skip,
              on_row=lambda key, row: results.save_cell(task.name, key.id, fingerprint, row))
@@ -215,7 +263,7 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
         "adapter": adapter.describe(),
         "resolved_task": task.resolved(),
         "n_runs": len(rows),
-        "cells": cell_stats(runs, ["model", "dataset"], SUMMARY_METRICS),
+        "cells": cell_stats(runs, ["model", *columns], SUMMARY_METRICS + ["temperature_src"]),
         "collapsed_fractions": collapsed,
         "reused_cells": reused,
         "run_fingerprint": fingerprint,

@@ -87,6 +87,63 @@ class RunTables:
         return cls(**out)
 
 
+#: Column renames from prism-run's runs.csv to the results_v2 schema, per table.
+RESULTS_RENAMES: dict[str, dict[str, str]] = {
+    "camelyon17_indomain": {"n_val": "n_val_full"},
+    "camelyon17_transfer": {"n_val": "n_val_full"},
+    "indomain_propval": {"temperature_prop": "temperature", "ece_scaled_prop": "ece_scaled_fixed",
+                         "ece_scaled_adaptive_prop": "ece_scaled_adaptive", "n_val_prop": "n_val"},
+}
+#: Columns dropped before the renames (they are replaced by the renamed ones).
+RESULTS_DROPS: dict[str, tuple[str, ...]] = {
+    "indomain_propval": ("temperature", "ece_scaled_fixed", "ece_scaled_adaptive", "n_val"),
+}
+
+
+def find_runs_files(paths) -> list[Path]:
+    """Every runs.csv in the given results directories (searched recursively), in order."""
+    found: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_file() and p.name == "runs.csv":
+            found.append(p)
+        elif p.is_dir():
+            direct = p / "runs.csv"
+            found.extend([direct] if direct.exists() else sorted(p.rglob("runs.csv")))
+        else:
+            raise PrismError(f"{p}: not a results directory (no runs.csv)")
+    if not found:
+        raise PrismError("no runs.csv found in " + ", ".join(map(str, paths)) + "; run prism-run first")
+    return list(dict.fromkeys(found))
+
+
+def tables_from_results(paths) -> RunTables:
+    """Combine runs.csv files of prism-run results directories into RunTables.
+
+    Each row's ``reference_table`` column says which results_v2 table it
+    belongs to; columns are renamed to that table's schema.
+    """
+    parts: dict[str, list[pd.DataFrame]] = {}
+    for file in find_runs_files(paths):
+        df = read_run_table(file, ("model", "fraction", "seed"))
+        table_col = df["reference_table"] if "reference_table" in df else pd.Series("indomain", index=df.index)
+        for table, rows in df.groupby(table_col, sort=False):
+            if table not in REFERENCE_FILES:
+                raise PrismError(f"{file}: unknown reference_table {table!r}")
+            rows = rows.drop(columns=[c for c in RESULTS_DROPS.get(table, ()) if c in rows])
+            parts.setdefault(table, []).append(rows.rename(columns=RESULTS_RENAMES.get(table, {})))
+    out = {}
+    for table, frames in parts.items():
+        df = pd.concat(frames, ignore_index=True)
+        key = [c for c in ("model", "dataset", "src", "tgt", "pair", "hospital", "fraction", "seed") if c in df]
+        dup = df.duplicated(subset=key)
+        if dup.any():
+            first = df.loc[dup, key].iloc[0].to_dict()
+            raise PrismError(f"the same run appears twice across the results given ({first}); pass each run once")
+        out[table] = df
+    return RunTables(**out)
+
+
 def read_run_table(path: Path, required_columns: tuple[str, ...] = ()) -> pd.DataFrame:
     """Read one per-run CSV; a missing column or unparsable file names the file."""
     try:

@@ -1,7 +1,8 @@
 """Built-in metric plugin: calibration before and after temperature scaling.
 
 Columns: ``brier`` (binary only), ``ece_fixed`` / ``ece_adaptive`` on raw
-probabilities, ``temperature`` fitted on the full validation split,
+probabilities, ``temperature`` fitted on the full validation split (``temperature_src`` for
+transfer runs, where that split belongs to the source task),
 ``ece_scaled_fixed`` / ``ece_scaled_adaptive`` after it, ``nll`` / ``nll_scaled``;
 and, when the task provides the proportional validation subset,
 ``temperature_prop`` / ``ece_scaled_prop``.
@@ -26,7 +27,8 @@ def run_metrics(run):
     }
     t = run.temperature("val")
     scaled = run.scaled_proba(t)
-    out["temperature"] = t
+    # transfer runs: the temperature comes from the *source* validation split
+    out["temperature_src" if run.meta.get("kind") == "transfer" else "temperature"] = t
     out["ece_scaled_fixed"] = NAN if scaled is None else ece(run.y_test, scaled, bins, "fixed")
     out["ece_scaled_adaptive"] = NAN if scaled is None else ece(run.y_test, scaled, bins, "adaptive")
     out["nll_scaled"] = NAN if scaled is None else nll(run.y_test, scaled)
@@ -35,4 +37,5 @@ def run_metrics(run):
         scaled_prop = run.scaled_proba(t_prop)
         out["temperature_prop"] = t_prop
         out["ece_scaled_prop"] = NAN if scaled_prop is None else ece(run.y_test, scaled_prop, bins, "fixed")
+        out["ece_scaled_adaptive_prop"] = NAN if scaled_prop is None else ece(run.y_test, scaled_prop, bins, "adaptive")
     return out

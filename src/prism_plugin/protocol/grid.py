@@ -159,7 +159,7 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
     )
     row: dict[str, Any] = {
         "model": run.model,
-        "dataset": run.dataset,
+        **dict(ident.get("columns") or {"dataset": run.dataset}),
         "fraction": key.fraction,
         "seed": key.seed,
         "n_train": run.n_train,
@@ -193,6 +193,7 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
         "n_test": len(test),
         "probe": head_kind,
         "probe_converged": fit.converged,
+        "reference_table": ident.get("reference_table", "indomain"),
     })
     return row
 

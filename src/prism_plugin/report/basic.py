@@ -20,9 +20,11 @@ def _markdown_table(df: pd.DataFrame, floatfmt: str = "{:.4f}") -> str:
 @hookimpl
 def report_sections(view):
     runs = view.runs
-    metrics = [c for c in ("auroc", "f1_macro", "ece_fixed", "ece_scaled_fixed", "temperature", "degeneracy_share")
+    metrics = [c for c in ("auroc", "f1_macro", "ece_fixed", "ece_scaled_fixed", "temperature", "temperature_src",
+                           "degeneracy_share")
                if c in runs]
-    means = runs.groupby(["model", "dataset", "fraction"], sort=False)[metrics].mean().reset_index()
+    ident = [c for c in ("model", "dataset", "pair", "hospital") if c in runs]
+    means = runs.groupby(ident + ["fraction"], sort=False)[metrics].mean().reset_index()
     sections = [ReportSection(
         "Results by label fraction (seed means)",
         "Seed means over the runs of each (model, dataset, fraction) cell. ECE uses 15 bins; "
@@ -35,14 +37,15 @@ def report_sections(view):
         if deg.empty:
             body = "No run collapsed: in every run fewer than 99 % of test predictions fell in one class."
         else:
-            counts = deg.groupby(["model", "dataset", "fraction"]).size().reset_index(name="collapsed_runs")
+            counts = deg.groupby(ident + ["fraction"]).size().reset_index(name="collapsed_runs")
             body = ("A probe **collapses** when more than 99 % of its test predictions fall in one class; "
                     "its AUROC and ECE are then not informative.\n\n" + _markdown_table(counts))
         sections.append(ReportSection("Collapse", body, order=30))
-    if "temperature" in runs and runs["temperature"].notna().any():
+    tcol = "temperature" if "temperature" in runs else "temperature_src"
+    if tcol in runs and runs[tcol].notna().any():
         k = int(runs["n_classes"].iloc[0]) if "n_classes" in runs else 0
         neutral = "2 (binary logits [-d, d])" if k == 2 else "1"
-        t = runs.groupby("fraction")["temperature"].agg(["mean", "min", "max"]).reset_index()
+        t = runs.groupby("fraction")[tcol].agg(["mean", "min", "max"]).reset_index()
         sections.append(ReportSection(
             "Fitted temperature",
             f"Temperature fitted on the validation split; the neutral value is {neutral}. "

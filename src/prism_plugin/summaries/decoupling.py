@@ -45,7 +45,8 @@ Public functions: :func:`cell_means`, :func:`within_dataset_ranks`,
 :func:`pooled_contrast` (§6.6), :func:`wilcoxon_contrast` (§6.6),
 :func:`rank_diff_by_fraction` (§6.7), :func:`rank_heterogeneity` (§6.8),
 :func:`rank_correlations_seedlevel` and :func:`seedlevel_contrast` (§6.9),
-:func:`spearman_rows`, :func:`dataset_order`, :func:`fraction_pct`. Tables
+:func:`seedlevel_draws`, :func:`spearman_rows`, :func:`seed_means`,
+:func:`dataset_order`, :func:`fraction_pct`, :func:`decoupling_summary`. Tables
 that carry notes keep them in ``DataFrame.attrs["notes"]``.
 """
 
@@ -322,7 +323,8 @@ def _rank_blocks(ranks: pd.DataFrame, fraction: float, datasets: Sequence[str]) 
 
 
 def _pooled_rho(blocks: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
-    if not blocks:
+    """Spearman over the pooled rank pairs; NaN with fewer than 3 pairs."""
+    if sum(len(b[0]) for b in blocks) < 3:
         return float("nan")
     ra = np.concatenate([b[0] for b in blocks])
     rc = np.concatenate([b[1] for b in blocks])
@@ -379,7 +381,7 @@ def pooled_rank_correlations(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_CLU
         lo = hi = float("nan")
         where = f"pooled decoupling at fraction {fraction:g}"
         if math.isnan(rho):
-            notes.append(f"{where}: {not_defined('fewer than 2 pooled rank pairs or a constant rank vector')}")
+            notes.append(f"{where}: {not_defined(f'{n_pairs} pooled rank pair(s) (at least 3 needed) or a constant rank vector')}")
         if k < 2:
             notes.append(f"{where}: cluster CI {not_defined(f'{k} dataset(s), resampling datasets needs at least 2')}")
         else:

@@ -96,7 +96,27 @@ class TaskIndex:
         file = self.resolve_file(name_or_file)
         located = resolve_includes(parse_yaml(file), self.search_paths)
         located = apply_overrides(located, overrides)
-        return build_task(located)
+        task = build_task(located)
+        if task.is_transfer:
+            self._resolve_transfer(task)
+        return task
+
+    def _resolve_transfer(self, task: TaskConfig) -> None:
+        """Attach the source and target task configs and default the pair names."""
+        for role in ("source", "target"):
+            member = self.load(getattr(task, f"{role}_task"))
+            if member.is_transfer:
+                raise PrismError(f"{task.file}: {role}_task {member.name!r} is itself a transfer task; "
+                                 "name an in-distribution task")
+            setattr(task, f"{role}_config", member)
+        src_cfg, tgt_cfg = task.source_config, task.target_config
+        if task.target_split not in tgt_cfg.splits:
+            raise PrismError(f"{task.file}: target task {tgt_cfg.name} has no {task.target_split!r} split")
+        task.src = task.src or src_cfg.dataset
+        task.tgt = task.tgt or tgt_cfg.dataset
+        task.pair = task.pair or f"{task.src}->{task.tgt}"
+        if task.dataset == task.name:
+            task.dataset = task.pair
 
 
 def default_index(host, include_paths: Iterable[Path] = ()) -> TaskIndex:

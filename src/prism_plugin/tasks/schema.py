@@ -15,7 +15,7 @@ from prism_plugin.errors import PrismError, suggest
 from prism_plugin.protocol.grid import DEFAULT_FRACTIONS, DEFAULT_SEEDS
 from prism_plugin.tasks.loader import Located
 
-TASK_KINDS = ("indomain",)
+TASK_KINDS = ("indomain", "transfer")
 SPLIT_NAMES = ("train", "val", "test")
 SOURCE_TYPES = ("imagefolder", "demo", "precomputed")
 MAX_SEED = 2**32 - 1
@@ -23,8 +23,11 @@ MAX_SEED = 2**32 - 1
 TOP_KEYS = {
     "task", "description", "kind", "dataset", "embeddings_key", "n_classes", "class_names", "source",
     "splits", "label_fractions", "seeds", "probe", "ece_bins", "binary_logits", "temperature_bounds",
-    "proportional_val", "tags",
+    "proportional_val", "tags", "columns", "reference_table",
+    # transfer tasks
+    "source_task", "target_task", "source_labels", "target_labels", "src", "tgt", "pair", "target_split",
 }
+TRANSFER_ONLY = {"source_task", "target_task", "source_labels", "target_labels", "src", "tgt", "pair", "target_split"}
 PROBE_KEYS = {"kind", "C", "max_iter", "tol", "backend"}
 SPLIT_KEYS = {"name", "size", "class_counts"}
 
@@ -58,12 +61,34 @@ class TaskConfig:
     temperature_bounds: tuple[float, float] = (0.1, 10.0)
     proportional_val: bool = False
     tags: tuple[str, ...] = ()
+    #: extra identity columns written in every row (e.g. ``hospital: 0``)
+    columns: dict[str, Any] = field(default_factory=dict)
+    #: which results_v2 per-run table these runs belong to (for summaries/findings)
+    reference_table: str = ""
+    # -- transfer tasks: train on the source task, evaluate on the target --
+    source_task: str = ""
+    target_task: str = ""
+    source_labels: dict[str, Any] | None = None
+    target_labels: dict[str, Any] | None = None
+    src: str = ""
+    tgt: str = ""
+    pair: str = ""
+    target_split: str = "test"
+    source_config: "TaskConfig | None" = None
+    target_config: "TaskConfig | None" = None
 
     def resolved(self) -> dict[str, Any]:
         """The task as plain data (for summary.json and fingerprints)."""
         out = asdict(self)
         out["splits"] = {k: asdict(v) for k, v in self.splits.items()}
+        for key in ("source_config", "target_config"):
+            cfg = getattr(self, key)
+            out[key] = cfg.resolved() if cfg is not None else None
         return out
+
+    @property
+    def is_transfer(self) -> bool:
+        return self.kind == "transfer"
 
     @property
     def has_val(self) -> bool:
@@ -122,13 +147,18 @@ def build_task(located: Located) -> TaskConfig:
     d = located.data
     c = _Checker(located)
     c.unknown(d, TOP_KEYS)
-    for required in ("task", "dataset", "source", "splits"):
-        if required not in d:
-            raise PrismError(f"{located.file}: missing required key {required!r}")
-    name = c.string(d["task"], "task")
     kind = d.get("kind", "indomain")
     if kind not in TASK_KINDS:
         raise c.fail("kind", f"must be one of {', '.join(TASK_KINDS)}, got {kind!r}{suggest(str(kind), TASK_KINDS)}")
+    if kind == "transfer":
+        return _build_transfer(located, c)
+    for required in ("task", "dataset", "source", "splits"):
+        if required not in d:
+            raise PrismError(f"{located.file}: missing required key {required!r}")
+    for key in TRANSFER_ONLY:
+        if key in d:
+            raise c.fail(key, "only applies to kind: transfer tasks")
+    name = c.string(d["task"], "task")
     dataset = c.string(d["dataset"], "dataset")
 
     class_names = c.str_list(d["class_names"], "class_names") if "class_names" in d else ()
@@ -180,6 +210,24 @@ def build_task(located: Located) -> TaskConfig:
             raise c.fail(key + ".class_counts", f"sums to {sum(counts)} but size is {size}")
         splits[split] = SplitConfig(name=c.string(spec.get("name", split), key + ".name"), size=size, class_counts=counts)
 
+    common = _protocol_settings(d, c, n_classes)
+    return TaskConfig(
+        name=name,
+        file=str(located.file),
+        dataset=dataset,
+        n_classes=n_classes,
+        class_names=class_names,
+        source=dict(source),
+        splits=splits,
+        kind=kind,
+        description=str(d.get("description", "")),
+        embeddings_key=str(d.get("embeddings_key", "") or dataset),
+        **common,
+    )
+
+
+def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
+    """Keys shared by every task kind: grid, probe, ECE, temperature, extra columns."""
     fractions = DEFAULT_FRACTIONS
     if "label_fractions" in d:
         raw = d["label_fractions"]
@@ -227,17 +275,18 @@ def build_task(located: Located) -> TaskConfig:
     hi = c.number(bounds[1], "temperature_bounds", 0.0, 1e6, lo_open=True)
     if lo >= hi:
         raise c.fail("temperature_bounds", f"low {lo} must be below high {hi}")
-    return TaskConfig(
-        name=name,
-        file=str(located.file),
-        dataset=dataset,
-        n_classes=n_classes,
-        class_names=class_names,
-        source=dict(source),
-        splits=splits,
-        kind=kind,
-        description=str(d.get("description", "")),
-        embeddings_key=str(d.get("embeddings_key", "") or dataset),
+    columns = d.get("columns", {})
+    if not isinstance(columns, dict) or not all(
+        isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool) for k, v in columns.items()
+    ):
+        raise c.fail("columns", "must map column names to plain values, e.g. {hospital: 0}")
+    from prism_plugin.tables import REFERENCE_FILES
+
+    table = d.get("reference_table", "")
+    if table and table not in REFERENCE_FILES:
+        raise c.fail("reference_table", f"must be one of {', '.join(REFERENCE_FILES)}, got {table!r}")
+    return dict(
+        reference_table=table,
         label_fractions=fractions,
         seeds=seeds,
         probe=probe,
@@ -246,6 +295,50 @@ def build_task(located: Located) -> TaskConfig:
         temperature_bounds=(lo, hi),
         proportional_val=c.boolean(d.get("proportional_val", False), "proportional_val"),
         tags=c.str_list(d.get("tags", []), "tags") if d.get("tags") else (),
+        columns=dict(columns),
+    )
+
+
+def _build_transfer(located: Located, c: _Checker) -> TaskConfig:
+    """A transfer task: probe trained on ``source_task``, evaluated on ``target_task``'s test split."""
+    from prism_plugin.protocol.labels import check_label_map
+
+    d = located.data
+    for required in ("task", "source_task", "target_task"):
+        if required not in d:
+            raise PrismError(f"{located.file}: missing required key {required!r} (kind: transfer)")
+    for key in ("source", "splits", "embeddings_key"):
+        if key in d:
+            raise c.fail(key, "a transfer task takes its data from source_task and target_task")
+    name = c.string(d["task"], "task")
+    class_names = c.str_list(d["class_names"], "class_names") if "class_names" in d else ()
+    n_classes = c.integer(d.get("n_classes", len(class_names) or 2), "n_classes", 2, 100_000)
+    if class_names and len(class_names) != n_classes:
+        raise c.fail("n_classes", f"is {n_classes} but class_names lists {len(class_names)} names")
+    src = str(d.get("src", "")) if d.get("src") is not None else ""
+    tgt = str(d.get("tgt", "")) if d.get("tgt") is not None else ""
+    target_split = d.get("target_split", "test")
+    if target_split not in SPLIT_NAMES:
+        raise c.fail("target_split", f"must be one of {', '.join(SPLIT_NAMES)}, got {target_split!r}")
+    return TaskConfig(
+        name=name,
+        file=str(located.file),
+        dataset=str(d.get("dataset", "") or d.get("pair", "") or name),
+        n_classes=n_classes,
+        class_names=class_names,
+        source={},
+        splits={},
+        kind="transfer",
+        description=str(d.get("description", "")),
+        source_task=c.string(d["source_task"], "source_task"),
+        target_task=c.string(d["target_task"], "target_task"),
+        source_labels=check_label_map(d.get("source_labels"), located.where("source_labels") + ": source_labels"),
+        target_labels=check_label_map(d.get("target_labels"), located.where("target_labels") + ": target_labels"),
+        src=src,
+        tgt=tgt,
+        pair=str(d.get("pair", "") or ""),
+        target_split=target_split,
+        **_protocol_settings(d, c, n_classes),
     )
 
 
