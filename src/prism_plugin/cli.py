@@ -16,7 +16,10 @@ PROG = "prism-run"
 
 #: Subcommands living in their own modules: name -> module under prism_plugin.commands.
 #: Each module defines ``add_parser(subparsers)`` and ``run(args) -> int``.
-COMMAND_MODULES: dict[str, str] = {}
+COMMAND_MODULES: dict[str, str] = {
+    "compare": "compare",
+    "reference": "reference",
+}
 SUBCOMMANDS = ("ls", "validate", "report", *COMMAND_MODULES)
 
 

@@ -15,6 +15,7 @@ matches and recomputes the rest; the assembled ``runs.csv`` is byte-identical.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -52,7 +53,27 @@ def rows_to_frame(rows: list[dict]) -> pd.DataFrame:
     return df[order_columns(df.columns)] if len(df.columns) else df
 
 
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename durable (best effort; not every filesystem supports it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to a unique temporary name beside ``path``, fsync, rename over ``path``.
+
+    A reader (or a process killed at any instant) sees the old complete file or
+    the new complete one, never a mixture; concurrent writers of the same path
+    each rename a complete file and the last one wins.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -68,6 +89,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+    _fsync_dir(path.parent)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -103,8 +125,44 @@ def write_csv(path: Path, df: pd.DataFrame, index: bool = False) -> None:
     atomic_write_text(path, df.to_csv(index=index, lineterminator="\n"))
 
 
+#: Bumped when the layout of a cell file changes; older cells are recomputed.
+CELL_FORMAT = 1
+
+
+def explain_change(old: Any, new: Any) -> str:
+    """Why two fingerprint breakdowns (see ``runner.fingerprint_parts``) differ, in words."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return "computed from other inputs (the cell predates input tracking)"
+    reasons = []
+    old_task, new_task = old.get("task") or {}, new.get("task") or {}
+    if old_task != new_task:
+        keys = sorted(k for k in set(old_task) | set(new_task) if old_task.get(k) != new_task.get(k))
+        reasons.append("task config changed (" + ", ".join(keys[:6]) + (", ..." if len(keys) > 6 else "") + ")")
+    if old.get("adapter") != new.get("adapter"):
+        reasons.append("adapter changed (architecture, weights, pooling, preprocessing or normalisation)")
+    old_emb, new_emb = old.get("embeddings") or {}, new.get("embeddings") or {}
+    if old_emb != new_emb:
+        splits = sorted(k for k in set(old_emb) | set(new_emb) if old_emb.get(k) != new_emb.get(k))
+        reasons.append("embeddings of " + ", ".join(splits) + " changed (other data or re-extracted features)")
+    old_v, new_v = old.get("versions") or {}, new.get("versions") or {}
+    for lib in sorted(set(old_v) | set(new_v)):
+        if old_v.get(lib) != new_v.get(lib):
+            reasons.append(f"{lib} {old_v.get(lib)} -> {new_v.get(lib)}")
+    for key in sorted(set(old) | set(new)):
+        if key not in ("task", "adapter", "embeddings", "versions") and old.get(key) != new.get(key):
+            reasons.append(f"{key} changed")
+    return "; ".join(reasons) or "computed from other inputs"
+
+
 class ResultsDir:
-    """One results directory; cells are persisted as they finish."""
+    """One results directory; cells are persisted as they finish.
+
+    A cell file holds one finished run (one row of ``runs.csv``) with the
+    fingerprint of every input it depends on and, when given, the breakdown of
+    that fingerprint (``parts``) so a stale cell can say what changed. Cells are
+    scoped by task name inside the results directory, so a group run that
+    writes one directory per task resumes each task on its own.
+    """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -112,24 +170,47 @@ class ResultsDir:
 
     def cell_path(self, scope: str, run_id: str) -> Path:
         safe = "".join(ch if ch.isalnum() or ch in "-_.=" else "_" for ch in f"{scope}--{run_id}")
+        if len(safe) > 200:  # stay below the usual 255-byte file name limit
+            digest = hashlib.sha256(f"{scope}--{run_id}".encode()).hexdigest()[:16]
+            safe = safe[:180] + "-" + digest
         return self.cells_dir / f"{safe}.json"
 
-    def save_cell(self, scope: str, run_id: str, fingerprint: str, row: dict) -> None:
-        payload = {"fingerprint": fingerprint, "row": row}
+    def save_cell(self, scope: str, run_id: str, fingerprint: str, row: dict,
+                  parts: dict[str, Any] | None = None) -> None:
+        payload = {"format": CELL_FORMAT, "scope": scope, "run_id": run_id, "fingerprint": fingerprint,
+                   "inputs": parts, "row": row}
         atomic_write_text(self.cell_path(scope, run_id), json.dumps(payload, default=_json_default, allow_nan=True))
 
-    def load_cell(self, scope: str, run_id: str, fingerprint: str) -> tuple[dict | None, str | None]:
-        """(row, None) when reusable; (None, reason) when stale or unreadable; (None, None) if absent."""
+    def load_cell(self, scope: str, run_id: str, fingerprint: str, parts: dict[str, Any] | None = None,
+                  expect: dict[str, Any] | None = None) -> tuple[dict | None, str | None]:
+        """(row, None) when reusable; (None, reason) when stale or unreadable; (None, None) if absent.
+
+        ``expect`` lists columns the row must hold exactly (e.g. the run's
+        fraction and seed, which the file name only shows to 6 digits).
+        """
         path = self.cell_path(scope, run_id)
-        if not path.exists():
-            return None, None
         try:
-            payload = json.loads(path.read_text())
-            row = payload["row"]
-        except (OSError, ValueError, KeyError, TypeError):
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None, None
+        except (OSError, UnicodeDecodeError):
             return None, f"{path.name} is unreadable"
+        try:
+            payload = json.loads(text)
+            row = payload["row"]
+            if not isinstance(row, dict):
+                raise TypeError("row is not a mapping")
+        except (ValueError, KeyError, TypeError, RecursionError):
+            return None, f"{path.name} is unreadable (truncated or corrupt)"
+        if payload.get("scope", scope) != scope or payload.get("run_id", run_id) != run_id:
+            return None, f"{path.name} belongs to another run ({payload.get('scope')} {payload.get('run_id')})"
         if payload.get("fingerprint") != fingerprint:
-            return None, f"{path.name} was computed from other inputs (task config, embeddings, probe or package version)"
+            why = explain_change(payload.get("inputs"), parts) if parts is not None else \
+                "computed from other inputs (task config, embeddings, probe or package version)"
+            return None, f"{path.name}: {why}"
+        for column, value in (expect or {}).items():
+            if row.get(column) != value:
+                return None, f"{path.name}: computed for {column} {row.get(column)!r}, not {value!r}"
         return row, None
 
     def write_runs(self, df: pd.DataFrame, name: str = "runs.csv") -> Path:

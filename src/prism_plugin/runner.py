@@ -109,7 +109,7 @@ def load_embeddings(task: TaskConfig, adapter, opts: JobOptions,
                 keep = _limit_indices(np.asarray(y), opts.limit)
                 X, y = X[keep], np.asarray(y)[keep]
             splits[split] = SplitArrays(X, y, name=f"{task.name} {split}")
-            info["fingerprints"][split] = fp
+            info["fingerprints"][split] = fp if opts.limit is None else f"{fp}:limit={opts.limit}"
         return splits, info
     source = open_source(task)
     if source is None:
@@ -146,6 +146,8 @@ def load_embeddings(task: TaskConfig, adapter, opts: JobOptions,
         else:
             info["cache"][split] = "hit"
         X, y = loaded
+        info.setdefault("content", {})[split] = (
+            f"{images.fingerprint}:{(entry.last_manifest or {}).get('features_checksum', '')}")
         splits[split] = SplitArrays(X, y, name=f"{task.name} {split}")
     return splits, info
 
@@ -180,24 +182,53 @@ def transfer_embeddings(task: TaskConfig, adapter, opts: JobOptions) -> tuple[di
         "extraction_seconds": src_info["extraction_seconds"] + tgt_info["extraction_seconds"],
         "cache": {f"source_{k}": v for k, v in src_info["cache"].items()}
         | {f"target_{k}": v for k, v in tgt_info["cache"].items()},
+        "content": {f"source_{k}": v for k, v in (src_info.get("content") or src_info["fingerprints"]).items()}
+        | {f"target_{k}": v for k, v in (tgt_info.get("content") or tgt_info["fingerprints"]).items()},
     }
     return out, info
 
 
-def run_fingerprint(task: TaskConfig, adapter, emb_info: dict[str, Any]) -> str:
+#: Task keys a single run's numbers do not depend on: where the task came from, and
+#: the grid's shape (each cell is keyed by its own fraction and seed), so a grid
+#: extended by a seed or a fraction reuses the runs it already has.
+CELL_INDEPENDENT_KEYS = ("file", "description", "tags", "label_fractions", "seeds")
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def fingerprint_parts(task: TaskConfig, adapter, emb_info: dict[str, Any]) -> dict[str, Any]:
+    """Everything a run's numbers depend on, as short digests (JSON-plain), per component."""
     versions = library_versions()
-    payload = {
-        "task": {k: v for k, v in task.resolved().items() if k not in ("file", "description", "tags")},
+    resolved = task.resolved()
+    for member in ("source_config", "target_config"):
+        if isinstance(resolved.get(member), dict):
+            resolved[member] = {k: v for k, v in resolved[member].items() if k not in CELL_INDEPENDENT_KEYS}
+    embeddings = emb_info.get("content") or emb_info["fingerprints"]
+    return {
+        "task": {k: _digest(v) for k, v in sorted(resolved.items()) if k not in CELL_INDEPENDENT_KEYS},
         "adapter": adapter.fingerprint(),
-        "embeddings": emb_info["fingerprints"],
+        "embeddings": {str(k): str(v) for k, v in sorted(embeddings.items())},
         "versions": {k: versions.get(k) for k in NUMERIC_LIBS + ("prism-plugin",)},
     }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def run_fingerprint(task: TaskConfig, adapter, emb_info: dict[str, Any]) -> str:
+    return _digest_full(fingerprint_parts(task, adapter, emb_info))
+
+
+def _digest_full(parts: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _safe_name(text: str) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text).strip(".") or "_"
+    return safe[:120]
 
 
 def default_output(base: Path, task: str, adapter_name: str) -> Path:
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in adapter_name)
-    return base / task / safe
+    return base / _safe_name(task) / _safe_name(adapter_name)
 
 
 def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
@@ -216,16 +247,26 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
         binary_logits=task.binary_logits, t_bounds=task.temperature_bounds, proportional_val=task.proportional_val,
     )
     results = ResultsDir(opts.output)
-    fingerprint = run_fingerprint(task, adapter, emb_info)
+    parts = fingerprint_parts(task, adapter, emb_info)
+    fingerprint = _digest_full(parts)
+    keys = list(grid_keys(spec))
+    ids = [key.id for key in keys]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise PrismError(f"{task.file}: label_fractions/seeds give two runs the same id {dup[0]!r} (fractions "
+                         "equal to 6 significant digits); remove the near-duplicate value")
     reused, stale = [], []
 
+    def exact(key) -> dict[str, Any]:
+        return {"fraction": key.fraction, "seed": key.seed}
+
     def skip(key) -> bool:
-        row, reason = results.load_cell(task.name, key.id, fingerprint)
+        row, reason = results.load_cell(task.name, key.id, fingerprint, parts, expect=exact(key))
         if row is not None:
             reused.append(key.id)
             return True
         if reason:
-            stale.append(f"{key.id}: {reason}")
+            stale.append({"cell": key.id, "reason": reason.split(": ", 1)[-1]})
         return False
 
     if task.is_transfer:
@@ -240,13 +281,18 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
              "meta": {"kind": task.kind, "src": task.src, "tgt": task.tgt, "pair": task.pair}}
     t_grid = time.perf_counter()
     run_grid(splits["train"], splits.get("val"), splits["test"], k, spec, host, ident, skip=skip,
-             on_row=lambda key, row: results.save_cell(task.name, key.id, fingerprint, row))
+             on_row=lambda key, row: results.save_cell(task.name, key.id, fingerprint, row, parts))
     grid_seconds = time.perf_counter() - t_grid
     if stale:
-        opts.log(f"recomputed {len(stale)} stale cell(s): {stale[0]}" + (" ..." if len(stale) > 1 else ""))
+        by_reason: dict[str, list[str]] = {}
+        for s in stale:
+            by_reason.setdefault(s["reason"], []).append(s["cell"])
+        for why, cells in by_reason.items():
+            opts.log(f"{task.name}: recomputed {len(cells)} saved run(s) not reusable: {why} "
+                     f"({', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''})")
     rows = []
-    for key in grid_keys(spec):  # assemble from the persisted cells: resumed == uninterrupted
-        row, reason = results.load_cell(task.name, key.id, fingerprint)
+    for key in keys:  # assemble from the persisted cells: resumed == uninterrupted
+        row, reason = results.load_cell(task.name, key.id, fingerprint, parts, expect=exact(key))
         if row is None:
             raise PrismError(f"results cell {key.id} of {task.name} is missing after the run ({reason})")
         rows.append(row)
@@ -266,6 +312,7 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
         "cells": cell_stats(runs, ["model", *columns], SUMMARY_METRICS + ["temperature_src"]),
         "collapsed_fractions": collapsed,
         "reused_cells": reused,
+        "stale_cells": stale,
         "run_fingerprint": fingerprint,
         "fingerprints": {"adapter": adapter.fingerprint(), "data": emb_info["fingerprints"]},
         "embedding_cache": emb_info["cache"],

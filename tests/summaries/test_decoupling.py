@@ -217,6 +217,28 @@ def test_cluster_bootstrap_matches_literal_loop(reference_tables):
     assert tuple(got) == want
 
 
+def test_pooled_contrast_matches_literal_loop(reference_tables):
+    """§6.6 contrast as written: default_rng(1), alphabetical dataset list,
+    one rng.choice draw shared by both fractions."""
+    ind = reference_tables.indomain
+    ranks = dec.within_dataset_ranks(dec.cell_means(ind))
+    alphabetical = sorted(ORDER)
+    assert alphabetical == ["BRACS", "CRC", "LungHist700", "MHIST", "PCam", "SPIDER-Breast"]
+    rng = np.random.default_rng(1)
+    diffs = []
+    for _ in range(150):
+        drawn = rng.choice(alphabetical, 6)
+        rho = {}
+        for f in (0.01, 1.0):
+            at = ranks.loc[ranks["fraction"] == f]
+            sub = pd.concat([at.loc[at["dataset"] == d] for d in drawn])
+            rho[f] = stats.spearmanr(sub["rank_auroc"], sub["rank_cal"]).statistic
+        diffs.append(rho[1.0] - rho[0.01])
+    got = dec.pooled_contrast(ind, n_boot=150)
+    assert (got["ci_lo"], got["ci_hi"]) == tuple(np.percentile(diffs, [2.5, 97.5]))
+    assert got["delta"] == got["rho_high"] - got["rho_low"]
+
+
 def test_seedlevel_draws_match_literal_choice_calls():
     datasets = np.array(ORDER)
     seeds = [42, 123, 456]
@@ -251,12 +273,14 @@ def test_seedlevel_matches_literal_loop(reference_tables):
     assert (got["ci_lo"], got["ci_hi"]) == tuple(np.percentile(vals, [2.5, 97.5]))
 
 
-def test_seed_means_sum_in_row_order():
-    df = pd.DataFrame({"k": ["a", "b", "a", "a", "b"], "x": [0.1, 1.0, 0.2, 0.7, np.nan]})
+def test_seed_means_use_correctly_rounded_sum():
+    df = pd.DataFrame({"k": ["a", "b", "a", "a", "b"], "x": [1e16, 1.0, 1.0, -1e16, np.nan]})
     m = dec.seed_means(df, ["k"], ["x"])
     assert list(m.index) == ["a", "b"]
-    assert m.loc["a", "x"] == ((0.1 + 0.2) + 0.7) / 3
+    assert m.loc["a", "x"] == 1 / 3  # a left-to-right sum would give 0
     assert m.loc["b", "x"] == 1.0  # NaN skipped
+    s = dec.seed_means(df.iloc[::-1], ["k"], ["x"], sort=False)
+    assert list(s.index) == ["b", "a"] and s.loc["a", "x"] == 1 / 3
 
 
 # --------------------------------------------------------------------------- hand-made tables
@@ -352,6 +376,9 @@ def test_single_dataset_cluster_ci_not_defined():
     assert pooled.loc[0, "rho"] == 1.0
     assert math.isnan(pooled.loc[0, "ci_lo"])
     assert any("not defined" in n and "1 dataset" in n for n in pooled.attrs["notes"])
+    sl = dec.rank_correlations_seedlevel(ind)
+    assert sl[["rho", "ci_lo", "ci_hi"]].isna().all().all()
+    assert any("not defined" in n and "1 dataset" in n for n in sl.attrs["notes"])
 
 
 def test_heterogeneity_hand_computed():

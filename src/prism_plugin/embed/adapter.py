@@ -18,6 +18,21 @@ from prism_plugin.errors import PrismError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+#: OpenAI CLIP normalisation statistics (also CONCH's loader).
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+#: Preprocessing profiles of the built-in foundation-model adapters:
+#: ``prism_main`` = what the PRISM paper applied on its six main datasets
+#: (its Table 4), ``model_card`` = each model's own documented transform (its
+#: Table 6, used for the Camelyon17 extraction). The profile is part of the
+#: cache key.
+PROFILES = ("prism_main", "model_card")
+DEFAULT_PROFILE = "prism_main"
+
+#: ``--model-args dtype=...`` -> autocast dtype on CUDA (``None`` = full fp32).
+DTYPES = {"fp32": None, "float32": None, "bf16": "bfloat16", "bfloat16": "bfloat16",
+          "fp16": "float16", "float16": "float16"}
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,47 @@ def parse_bool(value: Any, name: str) -> bool:
     raise PrismError(f"--model-args {name}={value!r}: expected true or false")
 
 
+def parse_dtype(value: Any, name: str = "dtype"):
+    """``fp32`` / ``bf16`` / ``fp16`` -> ``None`` / ``torch.bfloat16`` / ``torch.float16``."""
+    import torch
+
+    text = str(value).strip().lower()
+    if text not in DTYPES:
+        raise PrismError(f"--model-args {name}={value!r}: choose one of fp32, bf16, fp16")
+    return None if DTYPES[text] is None else getattr(torch, DTYPES[text])
+
+
+def dtype_name(dtype) -> str:
+    return "fp32" if dtype is None else {"bfloat16": "bf16", "float16": "fp16"}.get(str(dtype).split(".")[-1], str(dtype))
+
+
+def choose_profile(profiles: Mapping[str, "Preprocessing"], name: Any, model: str) -> "Preprocessing":
+    """The named preprocessing profile, or a one-line error listing the choices."""
+    key = str(name or DEFAULT_PROFILE)
+    if key not in profiles:
+        raise PrismError(f"--model-args profile={key!r}: {model} has profiles {', '.join(profiles)}")
+    return profiles[key]
+
+
+_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_content_digest(path) -> str:
+    """blake2b of a (possibly multi-GB) weight file, memoised per (path, size, mtime)."""
+    from pathlib import Path
+
+    path = Path(path)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _FILE_DIGESTS:
+        h = hashlib.blake2b(digest_size=20)
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 24), b""):
+                h.update(block)
+        _FILE_DIGESTS[key] = h.hexdigest()
+    return _FILE_DIGESTS[key]
+
+
 def parse_int(value: Any, name: str, minimum: int = 1) -> int:
     try:
         out = int(value)
@@ -88,6 +144,9 @@ class Adapter:
     hub_id: str = ""
     #: "images" adapters embed decoded tiles; "features" adapters read precomputed arrays.
     input_kind: str = "images"
+    #: dtype for ``torch.autocast`` during extraction on CUDA (``None``: full fp32).
+    #: The extraction loop reads it; adapters document why their model tolerates it.
+    autocast_dtype: Any = None
 
     def __init__(self, *, normalize: Any = True, batch_size: Any = 64, device: str = "auto", **unknown: Any):
         if unknown:

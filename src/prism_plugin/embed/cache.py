@@ -5,34 +5,78 @@ preprocessing, normalisation), the dataset fingerprint and the split. Layout::
 
     <cache>/embeddings/<key[:2]>/<key>/
         shards/00000.features.npy ...   while extracting (each written atomically)
+        shards/00000.json               per shard, written last: rows, start, checksums
         features.npy  labels.npy        once complete
         manifest.json                   written last: the entry exists iff it does
+    <cache>/embeddings/<key[:2]>/<key>.lock   the entry's file lock (never deleted)
 
 The manifest records shape, dtype, BLAKE2 checksums and provenance. Loading
 re-checks all of them; a corrupt, partial or mismatched entry is reported,
-removed and recomputed, never silently used. A file lock serialises writers of
-one entry, so two processes never extract the same shard twice.
+removed and recomputed, never silently used. Shards carry their own checksums,
+so an interrupted extraction resumes from the shards that are intact and
+re-extracts the rest.
+
+Concurrency: one file lock per entry serialises its writers (two processes
+never extract the same shard twice) and its removal. Readers take no lock:
+they only ever see a complete entry (the manifest is renamed into place last)
+or none. Removal renames the entry folder away before deleting it, so a reader
+that raced with ``prism-run cache rm`` sees the entry vanish (and recomputes it)
+rather than a half-deleted folder; arrays it already memory-mapped stay valid.
+Every array is read with ``allow_pickle=False``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shutil
+import threading
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from prism_plugin.errors import PrismError
 from prism_plugin.paths import cache_root
 from prism_plugin.results import atomic_write_text
 
 FORMAT_VERSION = 1
+SHARD_ENV = "PRISM_SHARD_SIZE"
+DEFAULT_SHARD_SIZE = 2048
+TRASH = ".trash"
+_KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+
+# One FileLock object per lock file and process, so that a thread that already
+# holds an entry's lock can take it again (FileLock counts re-entries per
+# object; two objects on one file would deadlock against each other).
+_LOCKS: dict[str, FileLock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def shard_size(default: int = DEFAULT_SHARD_SIZE) -> int:
+    """Tiles per extraction shard: ``$PRISM_SHARD_SIZE`` or ``default``.
+
+    Smaller shards lose less work when a run is killed, larger ones write
+    fewer files. The size is recorded with every shard; shards written with
+    another size are re-extracted, never mixed.
+    """
+    raw = os.environ.get(SHARD_ENV, "").strip()
+    if not raw:
+        return int(default)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise PrismError(f"${SHARD_ENV}={raw!r}: expected a positive number of tiles per shard "
+                         f"(default {DEFAULT_SHARD_SIZE}); unset it or set e.g. {SHARD_ENV}=512")
+    return value
 
 
 def file_checksum(path: Path) -> str:
@@ -43,15 +87,28 @@ def file_checksum(path: Path) -> str:
     return h.hexdigest()
 
 
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
 def save_npy_atomic(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.{time.time_ns()}.tmp")
+    """``np.save`` (no pickle) to a temporary name in the same folder, fsync, rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.time_ns()}.tmp")
     try:
         with open(tmp, "wb") as fh:
             np.save(fh, array, allow_pickle=False)
             fh.flush()
+            os.fsync(fh.fileno())
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def load_npy(path: Path, mmap: bool = False) -> np.ndarray:
+    """Read an ``.npy`` array without ever unpickling (object arrays raise ValueError)."""
+    return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
 
 
 def entry_key(adapter_fingerprint: str, dataset_fingerprint: str, split: str) -> str:
@@ -60,10 +117,27 @@ def entry_key(adapter_fingerprint: str, dataset_fingerprint: str, split: str) ->
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def _dir_size(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:  # removed meanwhile
+                pass
+    return total
+
+
+class _Vanished(Exception):
+    """The entry was removed or replaced by another process while we read it."""
+
+
 @dataclass
 class CacheEntry:
     root: Path
     key: str
+    #: the manifest of the last successful :meth:`load` (checksums, provenance)
+    last_manifest: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def dir(self) -> Path:
@@ -77,9 +151,33 @@ class CacheEntry:
     def shard_dir(self) -> Path:
         return self.dir / "shards"
 
+    @property
+    def lock_path(self) -> Path:
+        return Path(str(self.dir) + ".lock")
+
     def lock(self) -> FileLock:
+        """The entry's inter-process lock (re-entrant within one thread)."""
         self.dir.parent.mkdir(parents=True, exist_ok=True)
-        return FileLock(str(self.dir) + ".lock")
+        path = str(self.lock_path)
+        with _LOCKS_GUARD:
+            lock = _LOCKS.get(path)
+            if lock is None:
+                lock = _LOCKS[path] = FileLock(path)
+        return lock
+
+    def locked_elsewhere(self) -> bool:
+        """True when another process holds the lock (an extraction or removal is under way)."""
+        if not self.lock_path.exists():
+            return False
+        lock = self.lock()
+        if lock.is_locked:  # held by this process
+            return False
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            return True
+        lock.release()
+        return False
 
     def exists(self) -> bool:
         return self.manifest_path.exists()
@@ -90,81 +188,252 @@ class CacheEntry:
         except (OSError, ValueError) as exc:
             raise PrismError(f"cache entry {self.dir}: manifest unreadable ({exc})") from None
 
-    def load(self, verify: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
-        """Memory-mapped features and labels, or ``None`` (with a warning) when the entry is bad."""
-        if not self.exists():
-            return None
+    # -- reading --------------------------------------------------------------
+    def _read(self, raw: bytes, verify: bool) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+        """Arrays of the entry whose manifest bytes are ``raw``; raises on any inconsistency."""
         try:
-            m = self.manifest()
-            fpath, lpath = self.dir / "features.npy", self.dir / "labels.npy"
+            m = json.loads(raw)
+        except ValueError:
+            raise PrismError("manifest.json is not valid JSON") from None
+        if not isinstance(m, dict):
+            raise PrismError("manifest.json is not a mapping")
+        if m.get("key") != self.key or m.get("format") != FORMAT_VERSION:
+            raise PrismError(f"manifest describes key {str(m.get('key'))[:12]} format {m.get('format')}")
+        fpath, lpath = self.dir / "features.npy", self.dir / "labels.npy"
+        try:
             if verify:
-                for path, field in ((fpath, "features_checksum"), (lpath, "labels_checksum")):
-                    if file_checksum(path) != m[field]:
+                for path, name in ((fpath, "features_checksum"), (lpath, "labels_checksum")):
+                    if file_checksum(path) != m[name]:
                         raise PrismError(f"{path.name} checksum mismatch")
-            X = np.load(fpath, mmap_mode="r", allow_pickle=False)
-            y = np.load(lpath, allow_pickle=False)
-            if list(X.shape) != [m["n"], m["dim"]] or str(X.dtype) != m["dtype"] or y.shape != (m["n"],):
-                raise PrismError(f"shape/dtype {X.shape} {X.dtype} differ from the manifest")
-            return X, y
-        except (PrismError, OSError, ValueError, KeyError) as exc:
-            warnings.warn(f"cache entry {self.key[:12]} is corrupt ({exc}); recomputing it", stacklevel=2)
-            self.remove()
+            X = load_npy(fpath, mmap=True)
+            y = load_npy(lpath)
+        except FileNotFoundError:
+            if not self.manifest_path.exists():
+                raise _Vanished() from None
+            raise
+        if list(X.shape) != [m["n"], m["dim"]] or str(X.dtype) != m["dtype"] or y.shape != (m["n"],):
+            raise PrismError(f"shape/dtype {X.shape} {X.dtype} differ from the manifest")
+        if y.dtype.kind not in "iu":
+            raise PrismError(f"labels have dtype {y.dtype}")
+        return X, y, m
+
+    def _read_manifest_bytes(self) -> bytes | None:
+        try:
+            return self.manifest_path.read_bytes()
+        except FileNotFoundError:
             return None
 
-    def remove(self) -> None:
-        if self.manifest_path.exists():
-            self.manifest_path.unlink(missing_ok=True)  # invalidate first, then delete
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def check(self) -> str | None:
+        """Re-verify checksums, shape and dtype; ``None`` when intact, else the problem (nothing removed)."""
+        raw = self._read_manifest_bytes()
+        if raw is None:
+            return "incomplete (no manifest)"
+        try:
+            self._read(raw, verify=True)
+        except _Vanished:
+            return "removed while being checked"
+        except (PrismError, OSError, ValueError, KeyError, TypeError, EOFError) as exc:
+            return str(exc) or type(exc).__name__
+        return None
+
+    def load(self, verify: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
+        """Memory-mapped features and labels, or ``None``.
+
+        ``None`` without a word when the entry does not exist (or another
+        process removed it while we read); ``None`` with a warning, after
+        removing the entry, when it is corrupt.
+        """
+        problem: Exception | None = None
+        for _attempt in range(3):
+            raw = self._read_manifest_bytes()
+            if raw is None:
+                return None
+            try:
+                X, y, m = self._read(raw, verify)
+                self.last_manifest = m
+                return X, y
+            except _Vanished:
+                return None
+            except (PrismError, OSError, ValueError, KeyError, TypeError, EOFError) as exc:
+                problem = exc
+            # A concurrent writer may have replaced the entry between our reads:
+            # only a manifest that is still the one we checked proves corruption.
+            now = self._read_manifest_bytes()
+            if now is None:
+                return None
+            if now == raw:
+                break
+        warnings.warn(f"cache entry {self.key[:12]} is corrupt ({problem}); recomputing it", stacklevel=2)
+        self._discard(raw)
+        return None
+
+    def _discard(self, raw: bytes) -> None:
+        """Remove the entry if its manifest is still ``raw`` (under the lock)."""
+        with self.lock():
+            if self._read_manifest_bytes() == raw:
+                self.remove()
+
+    # -- removal --------------------------------------------------------------
+    def remove(self, timeout: float = -1) -> bool:
+        """Delete the entry safely; ``False`` if another process held the lock past ``timeout`` s.
+
+        The manifest goes first (the entry stops existing), then the folder is
+        renamed into ``embeddings/.trash`` and deleted there, so nobody ever
+        sees a half-deleted entry under its key.
+        """
+        lock = self.lock()
+        try:
+            lock.acquire(timeout=timeout)
+        except Timeout:
+            return False
+        try:
+            self.manifest_path.unlink(missing_ok=True)
+            if self.dir.exists():
+                trash = self.root / "embeddings" / TRASH
+                trash.mkdir(parents=True, exist_ok=True)
+                dest = trash / f"{self.key}.{os.getpid()}.{time.time_ns()}"
+                try:
+                    os.replace(self.dir, dest)
+                except OSError:
+                    dest = self.dir
+                shutil.rmtree(dest, ignore_errors=True)
+        finally:
+            lock.release()
+        return True
 
     # -- shards -------------------------------------------------------------
     def shard_paths(self, index: int) -> tuple[Path, Path]:
         return (self.shard_dir / f"{index:05d}.features.npy", self.shard_dir / f"{index:05d}.labels.npy")
 
-    def shard_done(self, index: int, expected_rows: int) -> bool:
-        fpath, lpath = self.shard_paths(index)
-        if not (fpath.exists() and lpath.exists()):
-            return False
-        try:
-            X = np.load(fpath, mmap_mode="r", allow_pickle=False)
-            y = np.load(lpath, allow_pickle=False)
-        except (OSError, ValueError):
-            return False
-        return X.shape[0] == expected_rows and y.shape[0] == expected_rows
+    def shard_meta_path(self, index: int) -> Path:
+        return self.shard_dir / f"{index:05d}.json"
 
-    def write_shard(self, index: int, features: np.ndarray, labels: np.ndarray) -> None:
+    def _shard_meta(self, index: int) -> dict[str, Any] | None:
+        try:
+            meta = json.loads(self.shard_meta_path(index).read_text())
+        except (OSError, ValueError):
+            return None
+        return meta if isinstance(meta, dict) else None
+
+    def drop_shard(self, index: int) -> None:
+        for p in (self.shard_meta_path(index), *self.shard_paths(index)):
+            p.unlink(missing_ok=True)
+
+    def shard_done(self, index: int, expected_rows: int, start: int | None = None) -> bool:
+        """Whether shard ``index`` is on disk, complete and intact (its checksums match).
+
+        A shard written for another layout (other ``start`` or size) or whose
+        files do not match their checksums is deleted and reported as not done.
+        """
+        fpath, lpath = self.shard_paths(index)
+        meta = self._shard_meta(index)
+        if meta is None:
+            return False  # never finished (killed before its record was written)
+        try:
+            ok_layout = meta["rows"] == expected_rows and (start is None or meta.get("start") == start)
+            if not ok_layout:
+                self.drop_shard(index)
+                return False
+            if (file_checksum(fpath) != meta["features_checksum"]
+                    or file_checksum(lpath) != meta["labels_checksum"]):
+                raise PrismError("checksum mismatch")
+            X = load_npy(fpath, mmap=True)
+            y = load_npy(lpath)
+            if X.ndim != 2 or X.shape[0] != expected_rows or y.shape != (expected_rows,):
+                raise PrismError(f"shape {X.shape}")
+        except (PrismError, OSError, ValueError, KeyError, TypeError, EOFError) as exc:
+            warnings.warn(f"cache entry {self.key[:12]}: shard {index} is corrupt ({exc}); re-extracting it",
+                          stacklevel=2)
+            self.drop_shard(index)
+            return False
+        return True
+
+    def write_shard(self, index: int, features: np.ndarray, labels: np.ndarray, start: int | None = None) -> None:
+        """Write one shard's arrays atomically, then its record (rows, start, checksums)."""
         self.shard_dir.mkdir(parents=True, exist_ok=True)
         fpath, lpath = self.shard_paths(index)
-        save_npy_atomic(lpath, labels.astype(np.int64))
-        save_npy_atomic(fpath, features.astype(np.float32))
+        self.shard_meta_path(index).unlink(missing_ok=True)
+        save_npy_atomic(lpath, np.asarray(labels).astype(np.int64))
+        save_npy_atomic(fpath, np.asarray(features).astype(np.float32))
+        meta = {"index": index, "start": start, "rows": int(len(labels)), "dim": int(features.shape[1]),
+                "features_checksum": file_checksum(fpath), "labels_checksum": file_checksum(lpath)}
+        atomic_write_text(self.shard_meta_path(index), json.dumps(meta))
+
+    def shards_on_disk(self) -> list[int]:
+        """Indices of shards with a record (finished shards of an interrupted extraction)."""
+        if not self.shard_dir.is_dir():
+            return []
+        out = []
+        for p in self.shard_dir.glob("*.json"):
+            if p.stem.isdigit():
+                out.append(int(p.stem))
+        return sorted(out)
 
     def finalize(self, n_shards: int, dim: int, provenance: dict[str, Any]) -> None:
         """Concatenate shards into features.npy (streamed) and write the manifest last."""
         total = 0
         for i in range(n_shards):
-            total += np.load(self.shard_paths(i)[1], allow_pickle=False).shape[0]
-        ftmp = self.dir / ".features.npy.tmp"
-        out = np.lib.format.open_memmap(ftmp, mode="w+", dtype=np.float32, shape=(total, dim))
-        labels = np.empty(total, dtype=np.int64)
-        pos = 0
-        for i in range(n_shards):
-            fpath, lpath = self.shard_paths(i)
-            X = np.load(fpath, mmap_mode="r", allow_pickle=False)
-            out[pos:pos + X.shape[0]] = X
-            labels[pos:pos + X.shape[0]] = np.load(lpath, allow_pickle=False)
-            pos += X.shape[0]
-        out.flush()
-        del out
-        ftmp.replace(self.dir / "features.npy")
+            meta = self._shard_meta(i)
+            if meta is None:
+                raise PrismError(f"cache entry {self.dir}: shard {i} is missing; rerun to extract it")
+            total += int(meta["rows"])
+        ftmp = self.dir / f".features.npy.{os.getpid()}.tmp"
+        try:
+            out = np.lib.format.open_memmap(ftmp, mode="w+", dtype=np.float32, shape=(total, dim))
+            labels = np.empty(total, dtype=np.int64)
+            pos = 0
+            for i in range(n_shards):
+                fpath, lpath = self.shard_paths(i)
+                X = load_npy(fpath, mmap=True)
+                if X.ndim != 2 or X.shape[1] != dim:
+                    raise PrismError(f"cache entry {self.dir}: shard {i} has shape {X.shape}, expected (*, {dim})")
+                out[pos:pos + X.shape[0]] = X
+                labels[pos:pos + X.shape[0]] = load_npy(lpath)
+                pos += X.shape[0]
+            out.flush()
+            del out
+            _fsync(ftmp)
+            ftmp.replace(self.dir / "features.npy")
+        finally:
+            ftmp.unlink(missing_ok=True)
         save_npy_atomic(self.dir / "labels.npy", labels)
         manifest = {
             "key": self.key, "n": total, "dim": dim, "dtype": "float32", "format": FORMAT_VERSION,
             "features_checksum": file_checksum(self.dir / "features.npy"),
             "labels_checksum": file_checksum(self.dir / "labels.npy"),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "n_shards": n_shards,
             "provenance": provenance,
         }
         atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2))
         shutil.rmtree(self.shard_dir, ignore_errors=True)
+
+    # -- listing ------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """What ``prism-run cache ls`` shows: state, size, shape and provenance (no checksum work)."""
+        out: dict[str, Any] = {"key": self.key, "path": str(self.dir), "size_bytes": _dir_size(self.dir)}
+        raw = self._read_manifest_bytes()
+        if raw is None:
+            out["state"] = "extracting" if self.locked_elsewhere() else "partial"
+            out["shards"] = len(self.shards_on_disk())
+            try:
+                out["modified"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.dir.stat().st_mtime))
+            except OSError:
+                pass
+            return out
+        try:
+            m = json.loads(raw)
+            prov = m.get("provenance") or {}
+            adapter = prov.get("adapter") or {}
+            out.update({
+                "state": "complete", "n": m.get("n"), "dim": m.get("dim"), "created": m.get("created"),
+                "task": prov.get("task"), "dataset": prov.get("dataset"), "split": prov.get("split"),
+                "adapter": adapter.get("display_name") or adapter.get("name"),
+                "adapter_name": adapter.get("name"),
+            })
+        except (ValueError, AttributeError, TypeError):
+            out["state"] = "corrupt manifest"
+        return out
 
 
 class EmbeddingCache:
@@ -175,7 +444,20 @@ class EmbeddingCache:
         return CacheEntry(self.root, entry_key(adapter_fingerprint, dataset_fingerprint, split))
 
     def entries(self) -> list[CacheEntry]:
+        """Every entry folder (complete or partial), sorted by key."""
         base = self.root / "embeddings"
         if not base.is_dir():
             return []
-        return [CacheEntry(self.root, d.name) for d in sorted(base.glob("*/*")) if d.is_dir()]
+        out = []
+        for d in sorted(base.glob("*/*")):
+            if _KEY_RE.match(d.name) and d.parent.name == d.name[:2] and d.is_dir():
+                out.append(CacheEntry(self.root, d.name))
+        return out
+
+    def find(self, prefix: str) -> list[CacheEntry]:
+        prefix = prefix.strip().lower()
+        return [e for e in self.entries() if e.key.startswith(prefix)]
+
+    def empty_trash(self) -> None:
+        """Delete leftovers of removals that were interrupted."""
+        shutil.rmtree(self.root / "embeddings" / TRASH, ignore_errors=True)

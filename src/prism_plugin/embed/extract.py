@@ -12,7 +12,7 @@ import numpy as np
 
 from prism_plugin.data.sources import ImageSplit
 from prism_plugin.embed.adapter import Adapter
-from prism_plugin.embed.cache import CacheEntry
+from prism_plugin.embed.cache import CacheEntry, shard_size
 from prism_plugin.errors import PrismError
 
 SHARD_SIZE = 2048
@@ -78,8 +78,10 @@ def extract_split(
 
     device = device or pick_device(adapter.device_request)
     n = len(split)
-    n_shards = max(1, -(-n // SHARD_SIZE))
-    todo = [i for i in range(n_shards) if not entry.shard_done(i, min(SHARD_SIZE, n - i * SHARD_SIZE))]
+    size = shard_size(SHARD_SIZE)  # $PRISM_SHARD_SIZE overrides the module default
+    n_shards = max(1, -(-n // size))
+    todo = [i for i in range(n_shards)
+            if not entry.shard_done(i, min(size, n - i * size), start=i * size)]
     t0 = time.perf_counter()
     done_now = 0
     if todo:
@@ -92,11 +94,11 @@ def extract_split(
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=sum(min(SHARD_SIZE, n - i * SHARD_SIZE) for i in todo), unit="tile",
+            bar = tqdm(total=sum(min(size, n - i * size) for i in todo), unit="tile",
                        desc=label or "embedding", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
         autocast = device.type == "cuda" and getattr(adapter, "autocast_dtype", None) is not None
         for i in todo:
-            start, stop = i * SHARD_SIZE, min(n, (i + 1) * SHARD_SIZE)
+            start, stop = i * size, min(n, (i + 1) * size)
             loader = DataLoader(Subset(dataset, range(start, stop)), batch_size=adapter.batch_size,
                                 num_workers=workers, shuffle=False, pin_memory=device.type == "cuda",
                                 persistent_workers=False)
@@ -120,7 +122,7 @@ def extract_split(
                     pos += out.shape[0]
                     if bar is not None:
                         bar.update(out.shape[0])
-            entry.write_shard(i, feats, split.labels[start:stop])
+            entry.write_shard(i, feats, split.labels[start:stop], start=start)
             done_now += stop - start
         if bar is not None:
             bar.close()

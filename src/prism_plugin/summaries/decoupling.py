@@ -4,9 +4,9 @@ Every function reads the in-distribution per-run table (results_v2 schema:
 ``model``, ``dataset``, ``fraction``, ``seed``, ``auroc``,
 ``ece_scaled_fixed``) and follows these conventions exactly:
 
-* **Cell value** = seed mean (:func:`seed_means`): the sum of the runs of one
-  (dataset, fraction, model), added left to right in table row order, divided
-  by their number (NaN runs skipped). A cell whose mean AUROC or
+* **Cell value** = seed mean (:func:`seed_means`): the correctly rounded sum
+  (``math.fsum``) of the runs of one (dataset, fraction, model) divided by
+  their number (NaN runs skipped). A cell whose mean AUROC or
   mean ``ece_scaled_fixed`` is NaN is left out (with a note).
 * **Fractions** are compared after rounding to 9 decimals, so ``0.1`` and
   ``0.1000000001`` are one fraction; they are processed in ascending order.
@@ -112,10 +112,15 @@ def normalise_fractions(values: Any) -> np.ndarray:
 
 
 def seed_means(df: pd.DataFrame, keys: Sequence[str], columns: Sequence[str], *, sort: bool = False) -> pd.DataFrame:
-    """Per group of ``keys``: the arithmetic mean of each of ``columns``, summed
-    left to right in table row order and divided by the number of non-NaN
-    values (NaN values skipped; NaN when none). Rows: groups in order of first
-    appearance (``sort=False``) or sorted by key; index = the keys."""
+    """Per group of ``keys``: the arithmetic mean of each of ``columns`` =
+    ``math.fsum`` of the group's non-NaN values (the correctly rounded sum)
+    divided by their number; NaN when none. Rows: groups in order of first
+    appearance (``sort=False``) or sorted by key; index = the keys.
+
+    The correctly rounded sum makes the mean independent of row order; it is
+    the convention under which the published derived tables are reproduced
+    bit for bit (a plain left-to-right or pandas sum differs in the last bit
+    for some cells)."""
     keys = list(keys)
     codes = df.groupby(keys, sort=sort).ngroup().to_numpy()
     valid = codes >= 0  # rows with a NaN key belong to no group
@@ -123,17 +128,19 @@ def seed_means(df: pd.DataFrame, keys: Sequence[str], columns: Sequence[str], *,
     _, first = np.unique(codes[valid], return_index=True)
     first_rows = df.loc[valid, keys].iloc[first]
     index = pd.MultiIndex.from_frame(first_rows) if len(keys) > 1 else pd.Index(first_rows[keys[0]], name=keys[0])
+    order = np.argsort(codes, kind="stable")
+    order = order[valid[order]]
+    bounds = np.searchsorted(codes[order], np.arange(n_groups + 1))
     out = {}
     for col in columns:
-        x = df[col].to_numpy(dtype=float)
-        ok = ~np.isnan(x)
-        sums = np.zeros(n_groups)
-        counts = np.zeros(n_groups)
-        ok &= valid
-        np.add.at(sums, codes[ok], x[ok])  # sequential, in row order
-        np.add.at(counts, codes[ok], 1.0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[col] = np.where(counts > 0, sums / np.where(counts > 0, counts, 1.0), np.nan)
+        x = df[col].to_numpy(dtype=float)[order]
+        vals = np.full(n_groups, np.nan)
+        for g in range(n_groups):
+            chunk = x[bounds[g]:bounds[g + 1]]
+            chunk = chunk[~np.isnan(chunk)]
+            if chunk.size:
+                vals[g] = math.fsum(chunk) / chunk.size
+        out[col] = vals
     return pd.DataFrame(out, index=index)
 
 
@@ -629,6 +636,8 @@ def _seed_grid_or_reason(indomain: pd.DataFrame, fraction: float, datasets: Sequ
         return "the in-distribution table has no 'seed' column"
     models = first_appearance(indomain["model"])
     seeds = first_appearance(indomain["seed"])
+    if len(datasets) < 2:
+        return f"{len(datasets)} dataset(s); the dataset bootstrap needs at least 2"
     grid = _SeedGrid(indomain, fraction, datasets, models, seeds)
     if grid.missing:
         shown = ", ".join(grid.missing[:5]) + (" …" if len(grid.missing) > 5 else "")
@@ -636,8 +645,6 @@ def _seed_grid_or_reason(indomain: pd.DataFrame, fraction: float, datasets: Sequ
     bad = [d for d in grid.datasets if len(grid.models[d]) < 2]
     if bad:
         return f"fewer than 2 models in {', '.join(map(str, bad))}"
-    if len(grid.datasets) < 1:
-        return "no dataset"
     if any(np.isnan(a).any() or np.isnan(e).any() for a, e in zip(grid.auroc, grid.ece)):
         return "a run has a NaN AUROC or scaled ECE"
     return grid
@@ -655,7 +662,9 @@ def rank_correlations_seedlevel(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_
     descending and ``ece_scaled_fixed`` ascending within the dataset; pooled;
     Spearman. **rho = mean of the bootstrap ρ's** (not a point estimate);
     ci_lo / ci_hi = 2.5 / 97.5 percentiles; NaN ρ's are dropped.
-    Needs every (dataset, model, seed) run of the fraction.
+    Needs at least 2 datasets, at least 2 models per dataset and every
+    (dataset, model, seed) run of the fraction; otherwise the row is NaN
+    ("not defined", with a note).
 
     Columns: fraction, rho, ci_lo, ci_hi.
     """
@@ -758,6 +767,16 @@ def decoupling_summary(tables: RunTables, options: Mapping[str, Any] | None = No
     cluster CI per fraction, the pooled contrast, Wilcoxon W/p, I² / τ² /
     random-effects ρ per fraction, seed-level ρ per fraction and contrast).
     ``None`` when there is no in-distribution table.
+
+    Headline keys (``<pct>`` = :func:`fraction_pct`, e.g. ``1pct``):
+    ``decoupling_pooled_rho_<pct>`` (+ ``_ci_lo`` / ``_ci_hi``);
+    ``decoupling_pooled_contrast`` (+ ``_ci_lo``, ``_ci_hi``, ``_n_datasets``);
+    ``decoupling_wilcoxon_W``, ``_p``, ``_n_datasets``;
+    ``decoupling_i2_<pct>``, ``decoupling_tau2_<pct>``, ``decoupling_re_rho_<pct>``;
+    ``decoupling_seedlevel_rho_<pct>``; ``decoupling_seedlevel_contrast``
+    (+ ``_ci_lo``, ``_ci_hi``, ``_n_datasets``). A quantity that is not
+    defined has the string ``"not defined: <reason>"`` under its main key
+    (``decoupling_pooled_contrast``, ``decoupling_wilcoxon``, …).
 
     Option ``contrast_fractions`` (default ``[0.01, 1.0]``) picks the (low,
     high) fractions of the contrasts and of the Wilcoxon test.

@@ -8,7 +8,7 @@ Conventions, exactly as the protocol:
   appearance) and, per model, pairs in CSV order (first appearance in the
   design's table); a (model, pair) with no run is skipped.
 * **Seed mean** e_f / a_f = :func:`~prism_plugin.summaries.decoupling.seed_means`
-  (sum in table row order / count) of the raw target ``ece_fixed`` /
+  (``math.fsum`` of the runs / count) of the raw target ``ece_fixed`` /
   ``auroc`` of the (model, pair, fraction) runs. Fractions are
   matched after rounding to 9 decimals and used in ascending order.
 * ``lo`` / ``hi`` fractions are the design's smallest / largest fraction (1 % and

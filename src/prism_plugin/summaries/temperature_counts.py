@@ -3,8 +3,8 @@
 Conventions, exactly as the protocol:
 
 * A **cell** is (model, dataset-or-pair, fraction); its value is the seed mean
-  (:func:`~prism_plugin.summaries.decoupling.seed_means`: sum of the runs in
-  table row order / count). A **run** is one row. Fractions are matched after
+  (:func:`~prism_plugin.summaries.decoupling.seed_means`: ``math.fsum`` of
+  the runs / count). A **run** is one row. Fractions are matched after
   rounding to 9 decimals.
 * **Scaling fails / worsens** a cell: seed-mean ``ece_scaled_fixed`` >
   seed-mean ``ece_fixed`` (strict). Nearby definitions are counted too, as

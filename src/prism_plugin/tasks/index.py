@@ -50,7 +50,8 @@ def apply_overrides(located: Located, overrides: Iterable[str]) -> Located:
         for part in reversed(key.split(".")):
             nested = {part: nested}
         data = deep_merge(data, nested)
-        located.lines.setdefault(key, 0)
+        for k in [k for k in located.files if k == key or k.startswith(key + ".") or k.startswith(key + "[")]:
+            located.files[k] = Path("--set")
         located.files[key] = Path("--set")
     return Located(data, located.file, located.lines, located.files)
 

@@ -29,6 +29,8 @@ class Located:
 
     def where(self, key: str) -> str:
         f = self.files.get(key, self.file)
+        if str(f) == "--set":
+            return f"--set {key}"
         line = self.lines.get(key)
         if line is None:  # fall back to the closest parent key
             parts = key.split(".")

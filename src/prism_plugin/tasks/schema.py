@@ -127,7 +127,7 @@ class _Checker:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise self.fail(key, f"must be a finite number, got {value!r}")
         if value < lo or value > hi or (lo_open and value == lo):
-            interval = f"{'(' if lo_open else '['}{lo}, {hi}]"
+            interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
             raise self.fail(key, f"must be in {interval}, got {value}")
         return float(value)
 

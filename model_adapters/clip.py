@@ -1,0 +1,99 @@
+"""CLIP-family vision encoders: OpenAI CLIP ViT-B/32 and PLIP (``--model clip`` / ``--model plip``).
+
+Both are the vision tower of a CLIP ViT-B/32 (12 blocks, width 768, patch 32,
+224 px), built with Hugging Face ``transformers`` (``CLIPVisionModelWithProjection``;
+optional extra ``prism-plugin[transformers]``).
+
+Embedding (PRISM recipe, default ``pooling=pooler``): the vision model's
+``pooler_output``, i.e. the class token after the final LayerNorm, **768-d**:
+this is what the PRISM extraction notebooks saved for the six main datasets and
+for the Camelyon17 re-extraction (PROTOCOL §1.4: the stale
+``preprocessing_table.csv`` lists 512 for these two models). ``pooling=projection``
+gives the 512-d CLIP image embedding (pooler output times the visual projection).
+
+Preprocessing: ``prism_main`` = Resize 224 (bilinear) + CenterCrop 224 +
+ImageNet statistics, exactly the torchvision transform of the PRISM notebooks
+(Table 4); ``model_card`` = the CLIP image processor: Resize 224 bicubic +
+CenterCrop 224 + CLIP statistics (Table 6).
+
+dtype policy: fp16 autocast on CUDA (CLIP was trained in mixed fp16 precision).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prism_plugin.embed.adapter import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+from prism_plugin.model_adapters.foundation import FoundationAdapter, require_transformers
+
+#: the vision tower of CLIP ViT-B/32 (openai/clip-vit-base-patch32), shared by PLIP
+VIT_B32 = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+               image_size=224, patch_size=32, projection_dim=512, hidden_act="quick_gelu", layer_norm_eps=1e-5)
+
+CLIP_PROFILES = {
+    "prism_main": Preprocessing(224, 224, IMAGENET_MEAN, IMAGENET_STD, "bilinear"),
+    "model_card": Preprocessing(224, 224, CLIP_MEAN, CLIP_STD, "bicubic"),
+}
+
+
+class CLIPVisionFoundation(FoundationAdapter):
+    architecture = "CLIP ViT-B/32 vision tower (transformers), 12 blocks"
+    arch_facts = {"embed_dim": 768, "patch_size": 32, "depth": 12, "reg_tokens": 0}
+    poolings = {"pooler": 768, "projection": 512}
+    default_pooling = "pooler"
+    profiles = CLIP_PROFILES
+    paper_dim = 768
+    default_dtype = "fp16"
+    # a full CLIPModel checkpoint also holds the text tower
+    ignore_prefixes = ("text_model.", "text_projection.", "logit_scale")
+
+    def create_model(self, **overrides: Any):
+        transformers = require_transformers(self.display_name)
+        settings = dict(VIT_B32)
+        if "depth" in overrides:
+            settings["num_hidden_layers"] = int(overrides.pop("depth"))
+        settings.update(overrides)
+        config = transformers.CLIPVisionConfig(**settings)
+        return transformers.CLIPVisionModelWithProjection(config)
+
+    def arch_summary(self, model) -> dict[str, int]:
+        cfg = model.config
+        return {"embed_dim": int(cfg.hidden_size), "patch_size": int(cfg.patch_size),
+                "depth": len(model.vision_model.encoder.layers), "reg_tokens": 0,
+                "img_size": int(cfg.image_size), "projection_dim": int(model.visual_projection.out_features)}
+
+    def pool(self, model, batch):
+        out = model.vision_model(pixel_values=batch)
+        pooled = out.pooler_output
+        if self.pooling == "projection":
+            return model.visual_projection(pooled)
+        return pooled
+
+
+class CLIP(CLIPVisionFoundation):
+    """OpenAI CLIP ViT-B/32 (``openai/clip-vit-base-patch32``, MIT licence, not gated)."""
+
+    name = "clip"
+    display_name = "CLIP"
+    hub_id = "openai/clip-vit-base-patch32"
+    licence = "MIT"
+    gated = False
+
+
+class PLIP(CLIPVisionFoundation):
+    """PLIP: CLIP ViT-B/32 fine-tuned on pathology image-text pairs from Twitter (``vinid/plip``).
+
+    Licence: the hub card carries no standard licence tag; the PLIP authors
+    release it for research use (check the card before other use).
+    """
+
+    name = "plip"
+    display_name = "PLIP"
+    hub_id = "vinid/plip"
+    licence = "research use (see vinid/plip card)"
+    gated = False
+
+
+def register(register) -> None:
+    for cls in (CLIP, PLIP):
+        register(cls.name, cls, description=cls.ls_description())

@@ -1,0 +1,260 @@
+"""Statistics and diagnostics of the audit (Sec. 5.1, Suppl. A.1-A.3, A.9, A.12.6).
+
+* :func:`spearman_ci` - Spearman rho between in-domain and target scores across encoders, with a
+  percentile bootstrap CI over encoders (resamples whose ranks are constant are skipped).
+* :func:`paired_bootstrap_f1` - paired bootstrap of a macro-F1 difference on shared examples:
+  resample the target examples with replacement (B = 4000 by default), recompute both encoders'
+  macro-F1 on the same resample (averaged over source-split seeds when given ``(S, N)``
+  predictions), take the difference; percentile CI and a two-sided bootstrap p.
+* :func:`hierarchical_bootstrap` - a two-level bootstrap of a mean over a scenarios x encoders
+  table: resample scenarios, then encoders within each resampled scenario.
+* :func:`domain_decodability` - can a linear classifier tell the domains (scanners) apart on a
+  sample with equal class composition across domains (standardisation fitted on the training part
+  only, 70/30 split, repeated draws), within a single class at a time, and with shuffled domain
+  labels (permutation baseline)?
+* :func:`between_domain_directions` / :func:`subspace_projection` - remove the top-k label-free
+  between-domain directions (principal directions of the domain means in source-standardised space),
+  retrain the source probe and report the change of in-domain and target macro-F1.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+from scipy.stats import rankdata, spearmanr
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import train_test_split
+
+from prism_plugin.metrics.core import f1_macro
+
+BOOTSTRAP_B = 4000
+
+
+def _percentile_ci(values: np.ndarray, alpha: float) -> tuple[float, float]:
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return float("nan"), float("nan")
+    lo, hi = np.percentile(v, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return float(lo), float(hi)
+
+
+# -- rank transfer ----------------------------------------------------------------------------
+
+def spearman_ci(x: Sequence[float], y: Sequence[float], *, B: int = BOOTSTRAP_B, seed: int = 0,
+                alpha: float = 0.05) -> dict[str, float]:
+    """Spearman rho of x vs y with a bootstrap CI over the paired items (encoders)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = x[ok], y[ok]
+    n = len(x)
+    out = {"n": n, "rho": float("nan"), "ci_low": float("nan"), "ci_high": float("nan")}
+    if n < 3 or np.all(x == x[0]) or np.all(y == y[0]):
+        return out
+    out["rho"] = float(spearmanr(x, y).statistic)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(B, n))
+    rx = rankdata(x[idx], axis=1)
+    ry = rankdata(y[idx], axis=1)
+    rx -= rx.mean(axis=1, keepdims=True)
+    ry -= ry.mean(axis=1, keepdims=True)
+    den = np.sqrt((rx ** 2).sum(axis=1) * (ry ** 2).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho_b = np.where(den > 0, (rx * ry).sum(axis=1) / np.where(den > 0, den, 1.0), np.nan)
+    out["ci_low"], out["ci_high"] = _percentile_ci(rho_b, alpha)
+    return out
+
+
+# -- paired bootstrap of macro-F1 -------------------------------------------------------------
+
+def _weighted_macro_f1(y: np.ndarray, pred: np.ndarray, W: np.ndarray, n_classes: int) -> np.ndarray:
+    """Macro-F1 for each row of resample counts ``W`` (B, N), over the classes present (sklearn's rule)."""
+    Y = np.eye(n_classes)[y]
+    P = np.eye(n_classes)[pred]
+    tp = W @ (Y * P)
+    support = W @ Y
+    predicted = W @ P
+    denom = support + predicted
+    present = denom > 0
+    f1 = np.where(present, 2 * tp / np.where(present, denom, 1.0), 0.0)
+    return f1.sum(axis=1) / present.sum(axis=1)
+
+
+def paired_bootstrap_f1(y: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray, *, B: int = BOOTSTRAP_B,
+                        seed: int = 0, alpha: float = 0.05, chunk: int = 500) -> dict[str, float]:
+    """Bootstrap CI of macro-F1(a) - macro-F1(b) on shared examples.
+
+    ``pred_a`` / ``pred_b`` are ``(N,)`` or ``(S, N)`` (S source-split seeds, averaged inside each
+    resample, as the audit's A.9).
+    """
+    y = np.asarray(y, dtype=np.int64)
+    A = np.atleast_2d(np.asarray(pred_a, dtype=np.int64))
+    Bp = np.atleast_2d(np.asarray(pred_b, dtype=np.int64))
+    n = len(y)
+    if A.shape[1] != n or Bp.shape[1] != n:
+        raise ValueError("predictions and labels must cover the same examples")
+    k = int(max(y.max(), A.max(), Bp.max())) + 1
+    point = float(np.mean([f1_macro(y, a) for a in A]) - np.mean([f1_macro(y, b) for b in Bp]))
+    rng = np.random.default_rng(seed)
+    diffs = np.empty(B)
+    for start in range(0, B, chunk):
+        m = min(chunk, B - start)
+        W = rng.multinomial(n, np.full(n, 1.0 / n), size=m).astype(np.float64)
+        fa = np.mean([_weighted_macro_f1(y, a, W, k) for a in A], axis=0)
+        fb = np.mean([_weighted_macro_f1(y, b, W, k) for b in Bp], axis=0)
+        diffs[start:start + m] = fa - fb
+    lo, hi = _percentile_ci(diffs, alpha)
+    p = float(min(1.0, 2 * min(np.mean(diffs <= 0), np.mean(diffs >= 0))))
+    return {"diff": point, "ci_low": lo, "ci_high": hi, "p_boot": p, "B": int(B), "n": n,
+            "excludes_zero": bool(lo > 0 or hi < 0)}
+
+
+# -- hierarchical bootstrap -------------------------------------------------------------------
+
+def hierarchical_bootstrap(table: np.ndarray, *, B: int = BOOTSTRAP_B, seed: int = 0,
+                           alpha: float = 0.05) -> dict[str, float]:
+    """Mean of a (scenarios, encoders) table with a two-level (scenarios, then encoders) bootstrap CI."""
+    G = np.asarray(table, dtype=np.float64)
+    if G.ndim != 2 or G.size == 0:
+        raise ValueError("need a non-empty (scenarios, encoders) table")
+    s, e = G.shape
+    rng = np.random.default_rng(seed)
+    means = np.empty(B)
+    for start in range(0, B, 500):
+        m = min(500, B - start)
+        si = rng.integers(0, s, size=(m, s))
+        ei = rng.integers(0, e, size=(m, s, e))
+        vals = G[si[:, :, None], ei]
+        means[start:start + m] = np.nanmean(vals.reshape(m, -1), axis=1)
+    lo, hi = _percentile_ci(means, alpha)
+    return {"mean": float(np.nanmean(G)), "ci_low": lo, "ci_high": hi, "n_scenarios": s, "n_encoders": e,
+            "B": int(B)}
+
+
+# -- domain (scanner) decodability ------------------------------------------------------------
+
+def _balanced_sample(domains: Sequence[tuple[np.ndarray, np.ndarray]], rng, per_class: int | None,
+                     classes: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    Xs, ds, cs = [], [], []
+    for c in classes:
+        n_c = min(int(np.sum(np.asarray(y) == c)) for _, y in domains)
+        if per_class is not None:
+            n_c = min(n_c, per_class)
+        if n_c == 0:
+            continue
+        for d, (X, y) in enumerate(domains):
+            pool = np.flatnonzero(np.asarray(y) == c)
+            pick = rng.choice(pool, size=n_c, replace=False)
+            Xs.append(np.asarray(X[pick], dtype=np.float64))
+            ds.append(np.full(n_c, d))
+            cs.append(np.full(n_c, c))
+    if not Xs:
+        return np.zeros((0, domains[0][0].shape[1])), np.zeros(0, int), np.zeros(0, int)
+    return np.concatenate(Xs), np.concatenate(ds), np.concatenate(cs)
+
+
+def _fit_score(X: np.ndarray, target: np.ndarray, strata: np.ndarray, seed: int, test_size: float) -> float:
+    counts = np.unique(strata, return_counts=True)[1]
+    strat = strata if counts.min() >= 2 else None
+    tr, te = train_test_split(np.arange(len(target)), test_size=test_size, random_state=seed, stratify=strat)
+    if len(np.unique(target[tr])) < 2:
+        return float("nan")
+    mu = X[tr].mean(axis=0)
+    sd = X[tr].std(axis=0)
+    sd[sd == 0] = 1.0
+    clf = LogisticRegression(max_iter=1000)
+    clf.fit((X[tr] - mu) / sd, target[tr])
+    return float(np.mean(clf.predict((X[te] - mu) / sd) == target[te]))
+
+
+def domain_decodability(domains: Sequence[tuple[np.ndarray, np.ndarray]], *, draws: int = 5, seed: int = 0,
+                        per_class: int | None = None, test_size: float = 0.3,
+                        min_within: int = 10) -> dict[str, float]:
+    """Domain decodability on a class-balanced sample, within one class, and with shuffled labels.
+
+    ``domains`` is a list of ``(features, class labels)``, one per domain. Returns mean accuracies
+    over ``draws``: ``domain_acc`` (all classes, equal composition across domains), ``within_class_acc``
+    (mean over classes with at least ``min_within`` samples per domain), ``permutation_acc`` (domain
+    labels shuffled before the split), ``class_acc`` (the class, decoded on the same sample) and
+    ``chance`` = 1 / number of domains.
+    """
+    if len(domains) < 2:
+        raise ValueError("domain decodability needs at least two domains")
+    classes = sorted(set.intersection(*[set(np.unique(y).tolist()) for _, y in domains]))
+    rng = np.random.default_rng(seed)
+    res = {"domain_acc": [], "within_class_acc": [], "permutation_acc": [], "class_acc": []}
+    n_sample = 0
+    for r in range(draws):
+        X, d, c = _balanced_sample(domains, rng, per_class, classes)
+        n_sample = len(d)
+        if n_sample == 0:
+            break
+        strata = d * 100_000 + c
+        res["domain_acc"].append(_fit_score(X, d, strata, seed + r, test_size))
+        res["class_acc"].append(_fit_score(X, c, strata, seed + r, test_size) if len(np.unique(c)) > 1 else np.nan)
+        res["permutation_acc"].append(_fit_score(X, rng.permutation(d), strata, seed + r, test_size))
+        within = []
+        for cls in np.unique(c):
+            rows = c == cls
+            if np.min(np.bincount(d[rows], minlength=len(domains))) >= min_within:
+                within.append(_fit_score(X[rows], d[rows], d[rows], seed + r, test_size))
+        res["within_class_acc"].append(np.nanmean(within) if within else np.nan)
+    out = {k: (float(np.nanmean(v)) if len(v) and np.isfinite(v).any() else float("nan")) for k, v in res.items()}
+    out["chance"] = 1.0 / len(domains)
+    out["n_per_draw"] = int(n_sample)
+    return out
+
+
+# -- between-domain subspace projection -------------------------------------------------------
+
+def between_domain_directions(domain_features: Sequence[np.ndarray], k: int, mean: np.ndarray,
+                              std: np.ndarray) -> np.ndarray:
+    """Top-k (at most n_domains - 1) principal directions of the domain means, source-standardised space.
+
+    Returns an orthonormal ``(k, D)`` matrix; label-free.
+    """
+    means = np.stack([((np.asarray(X, dtype=np.float64) - mean) / std).mean(axis=0) for X in domain_features])
+    centred = means - means.mean(axis=0)
+    k = int(min(k, len(domain_features) - 1))
+    if k < 1:
+        return np.zeros((0, len(mean)))
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)
+    keep = [i for i in range(k) if s[i] > 1e-12 * max(s[0], 1e-300)]
+    return vt[keep]
+
+
+def project_out(X: np.ndarray, U: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """Standardise with the source moments and remove the span of ``U``."""
+    Z = (np.asarray(X, dtype=np.float64) - mean) / std
+    return Z - (Z @ U.T) @ U if len(U) else Z
+
+
+def subspace_projection(source_train: tuple[np.ndarray, np.ndarray],
+                        evaluations: dict[str, tuple[np.ndarray, np.ndarray]],
+                        make_head: Callable[[], object], *, k: int = 3,
+                        domain_features: Sequence[np.ndarray] | None = None) -> dict[str, float]:
+    """Macro-F1 of a fresh head on each evaluation split, before and after removing k directions.
+
+    ``domain_features`` (unlabelled, one matrix per domain) give the directions; default: the source
+    train features and every evaluation split's features. Keys: ``f1_<name>_before``,
+    ``f1_<name>_after``, ``delta_<name>`` and ``k``.
+    """
+    Xs, ys = source_train
+    Xs = np.asarray(Xs, dtype=np.float64)
+    mean = Xs.mean(axis=0)
+    std = Xs.std(axis=0)
+    std[std == 0] = 1.0
+    feats = list(domain_features) if domain_features is not None else [Xs] + [v[0] for v in evaluations.values()]
+    U = between_domain_directions(feats, k, mean, std)
+    out: dict[str, float] = {"k": int(len(U))}
+    before = make_head().fit(((Xs - mean) / std).astype(np.float32), ys)
+    after = make_head().fit(project_out(Xs, U, mean, std).astype(np.float32), ys)
+    for name, (X, y) in evaluations.items():
+        f_b = f1_macro(y, before.evaluate(((np.asarray(X, np.float64) - mean) / std).astype(np.float32)).proba.argmax(1))
+        f_a = f1_macro(y, after.evaluate(project_out(X, U, mean, std).astype(np.float32)).proba.argmax(1))
+        out[f"f1_{name}_before"] = f_b
+        out[f"f1_{name}_after"] = f_a
+        out[f"delta_{name}"] = f_a - f_b
+    return out

@@ -1,0 +1,241 @@
+"""Label-free test-time adaptation of one target batch (the audit's Sec. 5 and Suppl. A.12).
+
+All feature-statistics methods act on the features the probe sees. With source statistics
+``(mu_s, sd_s)`` (per-feature mean and population std of the source train features the probe was
+fitted on) and target statistics ``(mu_t, sd_t)`` estimated from the unlabelled batch, a target
+feature ``x`` is mapped to
+
+    x' = mu_s + sd_s * (x - mu_t) / sd_t
+
+so a head that standardises with the source statistics (every head of :mod:`.heads`) sees exactly
+``(x - mu_t) / sd_t``, the audit's re-standardisation, and a head without standardisation (the
+PRISM ``logistic``) sees the target moved into the source's coordinates. Where ``sd_t`` is 0 in a
+feature, ``sd_s`` is used there (the feature is only re-centred).
+
+=============  ====================================================================================
+method         target statistics / action
+=============  ====================================================================================
+``tgtstd``     batch mean and population std (feature BN/AdaBN-style adaptation).
+``cbr``        class-balanced re-standardisation: pseudo-labels ``c_hat`` = arg-max of the source
+               probe on the unadapted batch; ``mu_t`` = unweighted average of the per-pseudo-class
+               means; ``sd_t`` = pooled within-pseudo-class std
+               ``sqrt(sum_c sum_{i in c} (x_i - m_c)^2 / sum_c (n_c - 1))``. Empty pseudo-classes are
+               omitted; singleton pseudo-classes enter the mean but not the pooled variance (they add
+               0 to both sums); if every sample falls in one pseudo-class (or no pseudo-class has two
+               members) ``sd_t`` falls back to the source std ``sd_s``.
+``cbr_mean``   first-moment-only ablation: CBR's ``mu_t`` with ``sd_t = sd_s``.
+``oracle_cb``  CBR with the **true** target labels (labelled upper bound, not deployable).
+``bbse``       black-box shift estimation (Lipton et al. 2018): confusion matrix
+               ``C[i, j] = P_source(y_hat = i, y = j)`` on the held-out source split, target predicted-
+               label distribution ``q``; solve ``C w = q`` (least squares, clipped at 0, normalised so
+               ``sum_j w_j p_s(j) = 1``) and re-weight ``p'(y|x) ~ w_y p(y|x)``. Changes predictions,
+               never features.
+``cbr_bbse``   BBSE applied to the CBR-adapted predictions.
+``shot_im``    SHOT's information maximisation on the probe only (the encoder is frozen): the linear
+               head ``(W, b)`` is updated by full-batch Adam to minimise
+               ``mean_i H(p_i) - H(mean_i p_i)`` (entropy minimisation + diversity) for ``steps``
+               steps (default 10, learning rate 1e-3, in the head's own standardised space), seeded;
+               heads without linear parameters (1-NN) report NaN.
+=============  ====================================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from prism_plugin.adaptation.heads import head_space, linear_params
+from prism_plugin.metrics.core import softmax
+
+SHOT_STEPS = 10
+SHOT_LR = 1e-3
+BBSE_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Per-feature location and scale, plus how they were obtained."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    note: str = ""
+
+
+def source_moments(X: np.ndarray) -> Moments:
+    X = np.asarray(X, dtype=np.float64)
+    std = X.std(axis=0)
+    std[std == 0] = 1.0
+    return Moments(X.mean(axis=0), std, "source train")
+
+
+def batch_moments(X: np.ndarray) -> Moments:
+    """``tgtstd``: the batch's own mean and population std (0 std stays 0: see :func:`restandardise`)."""
+    X = np.asarray(X, dtype=np.float64)
+    return Moments(X.mean(axis=0), X.std(axis=0), "batch")
+
+
+def class_balanced_moments(X: np.ndarray, labels: np.ndarray, source_std: np.ndarray,
+                           second_moment: bool = True) -> Moments:
+    """CBR statistics from (pseudo-)labels, with the audit's edge cases (see module docstring)."""
+    X = np.asarray(X, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.int64)
+    classes = np.unique(labels)  # empty (pseudo-)classes never appear: omitted
+    means = np.stack([X[labels == c].mean(axis=0) for c in classes])
+    mu = means.mean(axis=0)
+    if not second_moment:
+        return Moments(mu, np.asarray(source_std, dtype=np.float64), "class-balanced mean, source std")
+    if len(classes) < 2:
+        return Moments(mu, np.asarray(source_std, dtype=np.float64), "one pseudo-class: source std")
+    ss = np.zeros(X.shape[1])
+    dof = 0
+    for c, m in zip(classes, means):
+        rows = X[labels == c]
+        if len(rows) < 2:  # singleton: in the mean, not in the variance
+            continue
+        ss += ((rows - m) ** 2).sum(axis=0)
+        dof += len(rows) - 1
+    if dof == 0:
+        return Moments(mu, np.asarray(source_std, dtype=np.float64), "only singleton pseudo-classes: source std")
+    return Moments(mu, np.sqrt(ss / dof), f"{len(classes)} pseudo-classes")
+
+
+def restandardise(X: np.ndarray, target: Moments, source: Moments) -> np.ndarray:
+    """``mu_s + sd_s * (x - mu_t) / sd_t`` (``sd_t`` = 0 -> ``sd_s``)."""
+    X = np.asarray(X, dtype=np.float64)
+    sd_t = np.where(target.std > 0, target.std, source.std)
+    return source.mean + source.std * (X - target.mean) / sd_t
+
+
+# -- BBSE -----------------------------------------------------------------------------------
+
+def bbse_weights(val_pred: np.ndarray, val_y: np.ndarray, target_pred: np.ndarray, n_classes: int) -> np.ndarray:
+    """Importance weights ``w_j = p_t(j) / p_s(j)`` from the black-box confusion matrix."""
+    val_pred = np.asarray(val_pred, dtype=np.int64)
+    val_y = np.asarray(val_y, dtype=np.int64)
+    n = len(val_y)
+    C = np.zeros((n_classes, n_classes))
+    np.add.at(C, (val_pred, val_y), 1.0)
+    C /= n
+    q = np.bincount(np.asarray(target_pred, dtype=np.int64), minlength=n_classes) / len(target_pred)
+    w, *_ = np.linalg.lstsq(C, q, rcond=None)
+    w = np.clip(w, 0.0, None)
+    p_s = np.bincount(val_y, minlength=n_classes) / n
+    mass = float((w * p_s).sum())
+    if mass <= 0:
+        return np.ones(n_classes)
+    return w / mass
+
+
+def bbse_adjust(proba: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``p'(y|x) ~ w_y p(y|x)`` row-normalised (rows whose weighted mass is 0 stay unchanged)."""
+    proba = np.asarray(proba, dtype=np.float64)
+    adj = proba * weights[None, :]
+    mass = adj.sum(axis=1, keepdims=True)
+    return np.where(mass > BBSE_EPS, adj / np.where(mass > BBSE_EPS, mass, 1.0), proba)
+
+
+# -- SHOT-IM --------------------------------------------------------------------------------
+
+def information_maximisation(Z: np.ndarray, W: np.ndarray, b: np.ndarray, *, steps: int = SHOT_STEPS,
+                             lr: float = SHOT_LR, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Adapt a linear head ``softmax(Z W^T + b)`` by minimising ``E[H(p)] - H(E[p])`` (full batch Adam)."""
+    import torch
+
+    torch.manual_seed(int(seed))
+    z = torch.as_tensor(np.asarray(Z, dtype=np.float64))
+    w = torch.tensor(np.asarray(W, dtype=np.float64), requires_grad=True)
+    bias = torch.tensor(np.asarray(b, dtype=np.float64), requires_grad=True)
+    opt = torch.optim.Adam([w, bias], lr=float(lr))
+    for _ in range(int(steps)):
+        opt.zero_grad()
+        logp = torch.log_softmax(z @ w.T + bias, dim=1)
+        p = logp.exp()
+        ent = -(p * logp).sum(dim=1).mean()
+        pm = p.mean(dim=0)
+        div = (pm * torch.log(pm + 1e-12)).sum()  # = -H(mean p)
+        (ent + div).backward()
+        opt.step()
+    return w.detach().numpy(), bias.detach().numpy()
+
+
+# -- one call per method --------------------------------------------------------------------
+
+@dataclass
+class Adapted:
+    """Outcome of one method on one batch: probabilities and, for feature methods, the decision."""
+
+    method: str
+    proba: np.ndarray | None
+    decision: np.ndarray | None = None
+    note: str = ""
+
+    @property
+    def pred(self) -> np.ndarray | None:
+        return None if self.proba is None else self.proba.argmax(axis=1)
+
+
+@dataclass
+class AdaptationInputs:
+    """What the methods need besides the batch: the fitted head, source moments, source val outputs."""
+
+    head: Any
+    source: Moments
+    n_classes: int
+    val_pred: np.ndarray | None = None  # head predictions on the held-out source split (BBSE)
+    val_y: np.ndarray | None = None
+    seed: int = 0
+    shot_steps: int = SHOT_STEPS
+    shot_lr: float = SHOT_LR
+
+
+def _evaluate(head, X) -> tuple[np.ndarray, np.ndarray]:
+    out = head.evaluate(np.asarray(X, dtype=np.float32))
+    return np.asarray(out.decision), np.asarray(out.proba, dtype=np.float64)
+
+
+def adapt(method: str, X: np.ndarray, inputs: AdaptationInputs, *, base_proba: np.ndarray | None = None,
+          y_true: np.ndarray | None = None, cache: dict | None = None) -> Adapted:
+    """Apply ``method`` to the target batch ``X``; ``y_true`` is read by ``oracle_cb`` only."""
+    cache = {} if cache is None else cache
+    head, src = inputs.head, inputs.source
+    if base_proba is None:
+        base_proba = _evaluate(head, X)[1]
+    pseudo = base_proba.argmax(axis=1)
+    if method == "tgtstd":
+        d, p = _evaluate(head, restandardise(X, batch_moments(X), src))
+        return Adapted(method, p, d)
+    if method in ("cbr", "cbr_mean"):
+        key = ("cbr", method)
+        mom = class_balanced_moments(X, pseudo, src.std, second_moment=(method == "cbr"))
+        d, p = _evaluate(head, restandardise(X, mom, src))
+        cache[key] = (d, p)
+        return Adapted(method, p, d, mom.note)
+    if method == "oracle_cb":
+        if y_true is None:
+            return Adapted(method, None, None, "needs the target labels")
+        mom = class_balanced_moments(X, y_true, src.std)
+        d, p = _evaluate(head, restandardise(X, mom, src))
+        return Adapted(method, p, d, "upper bound: uses target labels")
+    if method in ("bbse", "cbr_bbse"):
+        if inputs.val_pred is None or inputs.val_y is None:
+            return Adapted(method, None, None, "needs a held-out source split (val)")
+        if method == "bbse":
+            probs = base_proba
+        else:
+            if ("cbr", "cbr") not in cache:
+                adapt("cbr", X, inputs, base_proba=base_proba, cache=cache)
+            probs = cache[("cbr", "cbr")][1]
+        w = bbse_weights(inputs.val_pred, inputs.val_y, probs.argmax(axis=1), inputs.n_classes)
+        return Adapted(method, bbse_adjust(probs, w), None, "w=" + ",".join(f"{v:.3g}" for v in w))
+    if method == "shot_im":
+        params = linear_params(head)
+        if params is None:
+            return Adapted(method, None, None, f"head {getattr(head, 'kind', type(head).__name__)} is not linear")
+        W, b = params
+        Z = head_space(head, np.asarray(X, dtype=np.float32))
+        W2, b2 = information_maximisation(Z, W, b, steps=inputs.shot_steps, lr=inputs.shot_lr, seed=inputs.seed)
+        logits = Z @ W2.T + b2
+        return Adapted(method, softmax(logits), None)
+    raise ValueError(f"unknown adaptation method {method!r}")

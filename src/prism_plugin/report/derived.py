@@ -1,0 +1,315 @@
+"""Summary plugin behind the report: per-cell and per-setting tables the plots and
+the verdict read (not published by PRISM; file names chosen not to clash).
+
+* ``report_cells`` — one row per (table, model, setting, fraction), where
+  *table* is the per-run table (``indomain``, ``transfer``,
+  ``camelyon17_indomain``, ``camelyon17_transfer``, ``indomain_propval``) and
+  *setting* its dataset, pair or hospital (``h<k>``). Seed statistics
+  (``_mean``, ``_std`` with ddof = 1, ``_min``, ``_max``) of auroc, f1_macro,
+  ece_fixed (raw) and ece_scaled_fixed (after the temperature the table
+  records: own validation split in-distribution, **source** validation split
+  for transfer, the proportional subset in ``indomain_propval``); seed mean /
+  min / max of that temperature; seed means of the oracle / few-shot columns
+  when present; ``collapsed_runs`` (runs with ``degenerate``), ``collapsed_share``;
+  ``neutral_temperature`` (2 for binary problems under the reference
+  ``[-d, d]`` logits, 1 otherwise); ``scaling_helps`` = seed-mean scaled ECE <
+  seed-mean raw ECE (False when scaled ≥ raw, NaN-free cells only).
+* ``report_settings`` — one row per (table, model, setting) with the numbers
+  the verdict cites (see :data:`SETTINGS_COLUMNS` and :func:`report_settings`).
+* ``fewshot_temperature`` — for transfer runs with few-shot target temperatures
+  (columns ``temperature_fewshot_k<K>`` and ``ece_scaled_fewshot_k<K>``, written
+  by the temperature-transfer plugin): per (table, model, pair, fraction, K) the
+  seed means, the oracle ECE, ``gap`` = few-shot ECE − oracle ECE and
+  ``within`` = gap ≤ tolerance (option ``fewshot_tolerance``, default 0.02).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from prism_plugin.hookspecs import hookimpl
+from prism_plugin.tables import RunTables, SummaryOutput
+
+#: (table attribute, setting column, temperature column used for ece_scaled_fixed, transfer?)
+TABLE_SPECS: tuple[tuple[str, str, str, bool], ...] = (
+    ("indomain", "dataset", "temperature", False),
+    ("indomain_propval", "dataset", "temperature", False),
+    ("transfer", "pair", "temperature_src", True),
+    ("camelyon17_indomain", "hospital", "temperature", False),
+    ("camelyon17_transfer", "pair", "temperature_src", True),
+)
+TABLE_LABELS = {
+    "indomain": "in-distribution",
+    "indomain_propval": "in-distribution (proportional validation)",
+    "transfer": "label-definition transfer",
+    "camelyon17_indomain": "Camelyon17 in-distribution",
+    "camelyon17_transfer": "Camelyon17 hospital transfer",
+}
+BAND_METRICS = ("auroc", "f1_macro", "ece_fixed", "ece_scaled_fixed")
+FEWSHOT_T = re.compile(r"^temperature_fewshot_k(\d+)$")
+FEWSHOT_TOLERANCE = 0.02
+#: The transfer-AUROC zone of the PRISM paper (Table 7): below ~0.85 more source
+#: labels worsened target ECE in 86-88 % of combinations, above it in 1-8 %.
+TRANSFER_ZONE = 0.85
+
+CELL_ID = ["table", "model", "setting", "fraction"]
+SETTINGS_COLUMNS = [
+    "table", "model", "setting", "n_classes", "n_fractions", "fraction_min", "fraction_max", "n_runs",
+    "auroc_lo", "auroc_hi", "f1_macro_lo", "f1_macro_hi", "ece_fixed_lo", "ece_fixed_hi",
+    "ece_scaled_fixed_lo", "ece_scaled_fixed_hi",
+    "collapsed_cells", "collapsed_fractions", "largest_collapsed_fraction", "collapse_free_from",
+    "scaling_cells", "scaling_not_helping_cells", "scaling_not_helping_fractions",
+    "worst_scaling_fraction", "worst_scaling_gap",
+    "neutral_temperature", "temperature_lo", "temperature_hi",
+    "transfer_auroc", "target_ece_delta", "target_ece_rises",
+    "fewshot_ks", "fewshot_k_needed", "fewshot_fractions_not_within",
+]
+FEWSHOT_COLUMNS = [
+    "table", "model", "setting", "fraction", "k", "n_runs", "temperature_fewshot", "ece_scaled_fewshot",
+    "ece_scaled_oracle", "gap", "within",
+]
+
+
+def setting_values(df: pd.DataFrame, key: str) -> pd.Series:
+    """The setting label of each row: dataset / pair as is, hospital as ``h<k>``."""
+    if key == "hospital":
+        return df[key].map(lambda h: f"h{int(h)}" if pd.notna(h) else "")
+    if key == "pair" and "pair" not in df.columns:
+        return df["src"].astype(str) + "->" + df["tgt"].astype(str)
+    return df[key].astype(str)
+
+
+def _n_classes(df: pd.DataFrame, transfer: bool, table: str) -> pd.Series:
+    if "n_classes" in df.columns:
+        return pd.to_numeric(df["n_classes"], errors="coerce")
+    if transfer or table.startswith("camelyon17"):
+        return pd.Series(2, index=df.index, dtype=float)
+    return pd.Series(np.nan, index=df.index, dtype=float)
+
+
+def neutral_temperature(n_classes: float, convention: str = "symmetric") -> float:
+    if n_classes is None or (isinstance(n_classes, float) and math.isnan(n_classes)):
+        return float("nan")
+    return 2.0 if int(n_classes) == 2 and convention == "symmetric" else 1.0
+
+
+def _as_flag(col: pd.Series) -> pd.Series:
+    if pd.api.types.is_bool_dtype(col) or pd.api.types.is_numeric_dtype(col):
+        return col.astype(float)
+    low = col.astype("string").str.strip().str.lower()
+    return low.map(lambda v: 1.0 if v in ("true", "1", "1.0", "yes") else (0.0 if v in ("false", "0", "0.0", "no") else np.nan)).astype(float)
+
+
+def fewshot_ks(df: pd.DataFrame) -> list[int]:
+    """K values with both ``temperature_fewshot_k<K>`` and ``ece_scaled_fewshot_k<K>`` columns."""
+    ks = []
+    for c in df.columns:
+        m = FEWSHOT_T.match(str(c))
+        if m and f"ece_scaled_fewshot_k{m.group(1)}" in df.columns:
+            ks.append(int(m.group(1)))
+    return sorted(ks)
+
+
+def _long(tables: RunTables) -> pd.DataFrame:
+    """All per-run rows in one frame with table / setting / temperature columns unified."""
+    parts = []
+    for table, key, tcol, transfer in TABLE_SPECS:
+        df = getattr(tables, table, None)
+        if df is None or df.empty:
+            continue
+        if key not in df.columns and not (key == "pair" and {"src", "tgt"} <= set(df.columns)):
+            continue
+        out = pd.DataFrame({"table": table, "model": df["model"].astype(str), "setting": setting_values(df, key),
+                            "fraction": pd.to_numeric(df["fraction"], errors="coerce").round(9)})
+        out["n_classes"] = _n_classes(df, transfer, table).to_numpy()
+        for m in BAND_METRICS:
+            out[m] = pd.to_numeric(df[m], errors="coerce") if m in df.columns else np.nan
+        out["temperature"] = pd.to_numeric(df[tcol], errors="coerce") if tcol in df.columns else np.nan
+        for c in ("temperature_oracle", "ece_scaled_oracle", "degeneracy_share"):
+            out[c] = pd.to_numeric(df[c], errors="coerce") if c in df.columns else np.nan
+        out["degenerate"] = _as_flag(df["degenerate"]) if "degenerate" in df.columns else np.nan
+        for k in fewshot_ks(df):
+            out[f"temperature_fewshot_k{k}"] = pd.to_numeric(df[f"temperature_fewshot_k{k}"], errors="coerce")
+            out[f"ece_scaled_fewshot_k{k}"] = pd.to_numeric(df[f"ece_scaled_fewshot_k{k}"], errors="coerce")
+        parts.append(out)
+    if not parts:
+        return pd.DataFrame(columns=["table", "model", "setting", "fraction"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def report_cells(tables: RunTables, *, binary_logits: str = "symmetric") -> pd.DataFrame:
+    """The ``report_cells`` table (see the module docstring). Rows: tables in
+    :data:`TABLE_SPECS` order, then model / setting in order of first
+    appearance, fraction ascending."""
+    long = _long(tables)
+    if long.empty:
+        return pd.DataFrame(columns=CELL_ID)
+    g = long.groupby(CELL_ID, sort=False)
+    out = g.size().rename("n_runs").to_frame()
+    out["n_classes"] = g["n_classes"].first()
+    out["neutral_temperature"] = [neutral_temperature(k, binary_logits) for k in out["n_classes"]]
+    for m in BAND_METRICS:
+        agg = g[m].agg(["mean", "std", "min", "max"])
+        for stat in ("mean", "std", "min", "max"):
+            out[f"{m}_{stat}"] = agg[stat]
+    t = g["temperature"].agg(["mean", "min", "max"])
+    for stat in ("mean", "min", "max"):
+        out[f"temperature_{stat}"] = t[stat]
+    extra = [c for c in long.columns if c.startswith(("temperature_fewshot_k", "ece_scaled_fewshot_k"))]
+    for c in ["temperature_oracle", "ece_scaled_oracle", "degeneracy_share", *extra]:
+        if long[c].notna().any():
+            out[f"{c}_mean"] = g[c].mean()
+    deg = g["degenerate"]
+    out["collapsed_runs"] = deg.sum(min_count=1)
+    out["collapsed_share"] = deg.mean()
+    raw, scaled = out["ece_fixed_mean"], out["ece_scaled_fixed_mean"]
+    helps = (scaled < raw).astype(object)
+    helps[raw.isna() | scaled.isna()] = np.nan
+    out["scaling_helps"] = helps
+    out = out.reset_index()
+    order = {t: i for i, (t, *_rest) in enumerate(TABLE_SPECS)}
+    out["_t"] = out["table"].map(order)
+    out["_f"] = out["fraction"]
+    firsts = {k: i for i, k in enumerate(dict.fromkeys(zip(long["table"], long["model"], long["setting"])))}
+    out["_s"] = [firsts[k] for k in zip(out["table"], out["model"], out["setting"])]
+    out = out.sort_values(["_t", "_s", "_f"], kind="stable").drop(columns=["_t", "_s", "_f"]).reset_index(drop=True)
+    return out
+
+
+def fewshot_temperature(tables: RunTables, *, tolerance: float = FEWSHOT_TOLERANCE) -> pd.DataFrame:
+    """The ``fewshot_temperature`` table (long: one row per K); empty when no
+    transfer table has few-shot columns and an oracle ECE."""
+    rows = []
+    long = _long(tables)
+    if long.empty:
+        return pd.DataFrame(columns=FEWSHOT_COLUMNS)
+    ks = sorted(int(c[len("temperature_fewshot_k"):]) for c in long.columns if FEWSHOT_T.match(c))
+    if not ks:
+        return pd.DataFrame(columns=FEWSHOT_COLUMNS)
+    sub = long.loc[long["table"].isin(["transfer", "camelyon17_transfer"])]
+    for (table, model, setting, fraction), g in sub.groupby(CELL_ID, sort=False):
+        oracle = g["ece_scaled_oracle"].mean()
+        for k in ks:
+            ece_k = g[f"ece_scaled_fewshot_k{k}"].mean()
+            if pd.isna(ece_k):
+                continue
+            gap = ece_k - oracle
+            rows.append({"table": table, "model": model, "setting": setting, "fraction": fraction, "k": k,
+                         "n_runs": int(g[f"ece_scaled_fewshot_k{k}"].notna().sum()),
+                         "temperature_fewshot": g[f"temperature_fewshot_k{k}"].mean(), "ece_scaled_fewshot": ece_k,
+                         "ece_scaled_oracle": oracle, "gap": gap,
+                         "within": bool(gap <= tolerance) if pd.notna(gap) else np.nan})
+    return pd.DataFrame(rows, columns=FEWSHOT_COLUMNS)
+
+
+def _fmt_fracs(values) -> str:
+    return ";".join(f"{float(v):g}" for v in values)
+
+
+def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (table, model, setting) from a :func:`report_cells` table.
+
+    * ``*_lo`` / ``*_hi``: seed means at the setting's smallest / largest fraction;
+    * ``collapsed_cells`` (cells with at least one collapsed run),
+      ``collapsed_fractions`` (";"-joined), ``largest_collapsed_fraction``
+      (NaN if none) and ``collapse_free_from`` = the smallest fraction above
+      every collapsed one (NaN if none collapsed or the largest did);
+    * ``scaling_cells`` (cells with raw and scaled ECE), ``scaling_not_helping_cells``
+      (seed-mean scaled ECE ≥ raw), their fractions, and the worst one
+      (largest scaled − raw: ``worst_scaling_fraction``, ``worst_scaling_gap``);
+    * ``temperature_lo`` / ``_hi`` against ``neutral_temperature``;
+    * transfer tables: ``transfer_auroc`` = mean over fractions of the seed-mean
+      AUROC (the banding variable of PROTOCOL §6.10), ``target_ece_delta`` =
+      raw ECE at the largest minus the smallest fraction, ``target_ece_rises`` = delta > 0;
+    * few-shot: ``fewshot_ks`` tested, ``fewshot_k_needed`` = smallest K whose
+      few-shot ECE is within tolerance of the oracle ECE at the largest fraction
+      (NaN: none within, or no few-shot columns), ``fewshot_fractions_not_within``.
+    """
+    rows = []
+    if cells.empty:
+        return pd.DataFrame(columns=SETTINGS_COLUMNS)
+    for (table, model, setting), g in cells.groupby(["table", "model", "setting"], sort=False):
+        g = g.sort_values("fraction")
+        lo, hi = g.iloc[0], g.iloc[-1]
+        transfer = table in ("transfer", "camelyon17_transfer")
+        coll = g.loc[g["collapsed_runs"].fillna(0) > 0, "fraction"]
+        largest = float(coll.max()) if len(coll) else np.nan
+        above = g.loc[g["fraction"] > largest, "fraction"] if len(coll) else pd.Series(dtype=float)
+        both = g.loc[g["ece_fixed_mean"].notna() & g["ece_scaled_fixed_mean"].notna()]
+        gap = both["ece_scaled_fixed_mean"] - both["ece_fixed_mean"]
+        bad = both.loc[gap >= 0]
+        worst = both.loc[gap.idxmax()] if len(bad) else None
+        row: dict[str, Any] = {
+            "table": table, "model": model, "setting": setting, "n_classes": lo["n_classes"],
+            "n_fractions": len(g), "fraction_min": float(lo["fraction"]), "fraction_max": float(hi["fraction"]),
+            "n_runs": int(g["n_runs"].sum()),
+        }
+        for m in BAND_METRICS:
+            row[f"{m}_lo"] = lo[f"{m}_mean"]
+            row[f"{m}_hi"] = hi[f"{m}_mean"]
+        row.update({
+            "collapsed_cells": int(len(coll)),
+            "collapsed_fractions": _fmt_fracs(coll),
+            "largest_collapsed_fraction": largest,
+            "collapse_free_from": float(above.min()) if len(above) else np.nan,
+            "scaling_cells": int(len(both)),
+            "scaling_not_helping_cells": int(len(bad)),
+            "scaling_not_helping_fractions": _fmt_fracs(bad["fraction"]),
+            "worst_scaling_fraction": float(worst["fraction"]) if worst is not None else np.nan,
+            "worst_scaling_gap": float(gap.max()) if len(bad) else np.nan,
+            "neutral_temperature": lo["neutral_temperature"],
+            "temperature_lo": lo["temperature_mean"],
+            "temperature_hi": hi["temperature_mean"],
+            "transfer_auroc": float(g["auroc_mean"].mean()) if transfer and g["auroc_mean"].notna().any() else np.nan,
+            "target_ece_delta": float(hi["ece_fixed_mean"] - lo["ece_fixed_mean"]) if transfer else np.nan,
+            "target_ece_rises": bool(hi["ece_fixed_mean"] > lo["ece_fixed_mean"]) if transfer else np.nan,
+            "fewshot_ks": "", "fewshot_k_needed": np.nan, "fewshot_fractions_not_within": np.nan,
+        })
+        if fewshot is not None and not fewshot.empty and transfer:
+            fs = fewshot.loc[(fewshot["table"] == table) & (fewshot["model"] == model) & (fewshot["setting"] == setting)]
+            if not fs.empty:
+                row["fewshot_ks"] = ";".join(str(int(k)) for k in sorted(fs["k"].unique()))
+                top = fs.loc[np.isclose(fs["fraction"], row["fraction_max"])]
+                ok = top.loc[top["within"] == True, "k"]  # noqa: E712 - object column
+                row["fewshot_k_needed"] = float(ok.min()) if len(ok) else np.nan
+                per_f = fs.groupby("fraction")["within"].agg(lambda s: bool((s == True).any()))  # noqa: E712
+                row["fewshot_fractions_not_within"] = int((~per_f).sum())
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=SETTINGS_COLUMNS)
+    return out
+
+
+@hookimpl
+def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | None:
+    """``report_cells``, ``report_settings`` and (when present) ``fewshot_temperature``.
+    Options: ``binary_logits`` (``symmetric``/``natural``: the neutral binary
+    temperature 2 or 1) and ``fewshot_tolerance`` (0.02)."""
+    options = options or {}
+    convention = str(options.get("binary_logits", "symmetric"))
+    tol = float(options.get("fewshot_tolerance", FEWSHOT_TOLERANCE))
+    cells = report_cells(tables, binary_logits=convention)
+    if cells.empty:
+        return None
+    out = SummaryOutput()
+    out.tables["report_cells"] = cells
+    fs = fewshot_temperature(tables, tolerance=tol)
+    if not fs.empty:
+        out.tables["fewshot_temperature"] = fs
+    elif tables.transfer is not None or tables.camelyon17_transfer is not None:
+        out.notes.append(
+            "fewshot_temperature not computed: the transfer runs have no few-shot target temperature columns "
+            "(temperature_fewshot_k<K> with ece_scaled_fewshot_k<K>, written by the temperature-transfer plugin)"
+        )
+    out.tables["report_settings"] = report_settings(cells, fs)
+    return out
+
+
+__all__ = [
+    "FEWSHOT_TOLERANCE", "TABLE_LABELS", "TRANSFER_ZONE", "fewshot_ks", "fewshot_temperature",
+    "neutral_temperature", "report_cells", "report_settings", "summarize",
+]

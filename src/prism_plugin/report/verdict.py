@@ -1,0 +1,317 @@
+"""The plain-language verdict: a few sentences per model, each backed by one number.
+
+Every verdict line is a row of the ``verdict`` table with the sentence and its
+evidence: ``source`` (the table file it cites, ``report_settings.csv``),
+``where`` (JSON filter on that table's columns; a list value means "any of"),
+``column``, ``agg`` (``value`` = the single matching row, or ``sum`` /
+``mean`` over the matching rows) and ``value``. Recomputing ``agg`` of
+``column`` over the rows of ``source`` selected by ``where`` gives ``value``
+(:func:`check_verdict` does exactly that). Lines that explain why something
+is not known have ``level = "na"`` and no evidence.
+
+Topics (the questions a user asks of their model):
+
+* ``glance`` — mean AUROC / scaled ECE at the largest label fraction;
+* ``collapse`` — below which label fraction the probe collapses (>99 % of
+  test predictions in one class in at least one seed);
+* ``scaling`` — cells where temperature scaling does not lower ECE (seed-mean
+  scaled ECE ≥ raw; for transfer the temperature is fitted on the source);
+* ``transfer`` — transfer AUROC against the ~0.85 zone of the PRISM paper
+  (Table 7: below it, more source labels worsened target ECE in 86-88 % of
+  combinations; 8 % in [0.85, 0.95), 1 % above 0.95);
+* ``fewshot`` — how many labelled target samples the few-shot temperature
+  needs to bring target ECE within 0.02 of the oracle ECE.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from prism_plugin.report.derived import FEWSHOT_TOLERANCE, TABLE_LABELS, TRANSFER_ZONE
+
+SOURCE = "report_settings.csv"
+VERDICT_COLUMNS = ["model", "topic", "level", "table", "setting", "text", "source", "where", "column", "agg", "value"]
+TOPICS = {
+    "glance": "At a glance",
+    "collapse": "Collapse",
+    "scaling": "Temperature scaling",
+    "transfer": "Transfer",
+    "fewshot": "Few-shot target temperature",
+}
+IN_DISTRIBUTION = ("indomain", "camelyon17_indomain", "indomain_propval")
+TRANSFER = ("transfer", "camelyon17_transfer")
+#: Settings listed one by one up to this many per (model, table); beyond, they are summarised.
+MAX_LISTED = 8
+
+
+def pct(f: float) -> str:
+    """0.01 -> ``1 %``; 0.005 -> ``0.5 %``."""
+    return f"{round(float(f) * 100.0, 6):g} %"
+
+
+def _num(x: float, digits: int = 3) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _frac_list(text: str) -> str:
+    vals = [v for v in str(text or "").split(";") if v]
+    return ", ".join(pct(float(v)) for v in vals)
+
+
+def _setting_name(setting: str) -> str:
+    return str(setting).replace("->", " → ")
+
+
+def _row(model, topic, level, table, setting, text, where=None, column="", agg="", value=np.nan) -> dict[str, Any]:
+    return {"model": model, "topic": topic, "level": level, "table": table, "setting": setting, "text": text,
+            "source": SOURCE if where is not None else "", "where": json.dumps(where) if where is not None else "",
+            "column": column, "agg": agg, "value": value}
+
+
+def _where(table: str, model: str, settings) -> dict[str, Any]:
+    settings = list(settings)
+    return {"table": table, "model": model, "setting": settings[0] if len(settings) == 1 else settings}
+
+
+def _glance(model: str, table: str, s: pd.DataFrame) -> list[dict]:
+    label = TABLE_LABELS.get(table, table)
+    n = len(s)
+    what = "setting" if n == 1 else f"{n} settings"
+    out = []
+    a = float(s["auroc_hi"].mean())
+    fr = _frac_list(";".join(sorted({f"{v:g}" for v in s["fraction_max"]})))
+    names = ", ".join(_setting_name(x) for x in s["setting"][:MAX_LISTED]) + (" …" if n > MAX_LISTED else "")
+    if table in TRANSFER:
+        text = (f"{label} ({what}: {names}): mean target AUROC {_num(a)} at the largest source fraction ({fr}).")
+    else:
+        e = float(s["ece_scaled_fixed_hi"].mean())
+        text = (f"{label} ({what}: {names}): mean AUROC {_num(a)} at the largest label fraction ({fr}); "
+                f"mean ECE after temperature scaling {_num(e)}.")
+    out.append(_row(model, "glance", "info", table, "", text, _where(table, model, s["setting"]), "auroc_hi",
+                    "mean" if n > 1 else "value", a))
+    return out
+
+
+def _collapse(model: str, table: str, s: pd.DataFrame) -> list[dict]:
+    out = []
+    label = TABLE_LABELS.get(table, table)
+    bad = s.loc[s["collapsed_cells"] > 0]
+    good = s.loc[s["collapsed_cells"] == 0]
+    for r in bad.itertuples(index=False):
+        where = _where(table, model, [r.setting])
+        at = _frac_list(r.collapsed_fractions)
+        if math.isnan(r.collapse_free_from):
+            text = (f"{_setting_name(r.setting)}: the probe collapses (>99 % of test predictions in one class, "
+                    f"in at least one seed) at {at}, up to the largest fraction: more labels alone do not fix it.")
+            level = "bad"
+        else:
+            text = (f"{_setting_name(r.setting)}: the probe collapses (>99 % of test predictions in one class, "
+                    f"in at least one seed) at {at}; from {pct(r.collapse_free_from)} of the labels on it does not.")
+            level = "warn"
+        out.append(_row(model, "collapse", level, table, r.setting, text, where, "largest_collapsed_fraction", "value",
+                        float(r.largest_collapsed_fraction)))
+    if len(good):
+        names = ", ".join(_setting_name(x) for x in good["setting"])
+        n_frac = int(good["n_fractions"].sum())
+        text = (f"{label}: no collapse on {names} ({n_frac} cells, every seed kept more than 1 % of its "
+                "predictions outside the majority class).")
+        out.append(_row(model, "collapse", "good", table, "", text, _where(table, model, good["setting"]),
+                        "collapsed_cells", "sum", int(good["collapsed_cells"].sum())))
+    return out
+
+
+def _scaling(model: str, table: str, s: pd.DataFrame) -> list[dict]:
+    out = []
+    label = TABLE_LABELS.get(table, table)
+    transfer = table in TRANSFER
+    t_word = "the source-fitted temperature" if transfer else "temperature scaling"
+    s = s.loc[s["scaling_cells"] > 0]
+    bad = s.loc[s["scaling_not_helping_cells"] > 0]
+    good = s.loc[s["scaling_not_helping_cells"] == 0]
+    for r in bad.itertuples(index=False):
+        where = _where(table, model, [r.setting])
+        at = _frac_list(r.scaling_not_helping_fractions)
+        n, tot = int(r.scaling_not_helping_cells), int(r.scaling_cells)
+        effect = "made target ECE worse or no better" if transfer else "did not lower ECE"
+        text = (f"{_setting_name(r.setting)}: {t_word} {effect} in {n} of {tot} label fractions ({at}; seed-mean "
+                f"scaled ECE ≥ raw); worst at {pct(r.worst_scaling_fraction)}, {_num(r.worst_scaling_gap)} above raw.")
+        level = "bad" if n * 2 >= tot else "warn"
+        out.append(_row(model, "scaling", level, table, r.setting, text, where, "scaling_not_helping_cells", "value", n))
+    if len(good):
+        names = ", ".join(_setting_name(x) for x in good["setting"])
+        text = (f"{label}: {t_word} lowered ECE in every cell of {names} "
+                f"({int(good['scaling_cells'].sum())} cells).")
+        out.append(_row(model, "scaling", "good", table, "", text, _where(table, model, good["setting"]),
+                        "scaling_not_helping_cells", "sum", 0))
+    return out
+
+
+def _zone_text(auroc: float) -> tuple[str, str]:
+    if auroc < TRANSFER_ZONE:
+        return ("bad", f"does not transfer well (transfer AUROC {_num(auroc)}, below the ~{TRANSFER_ZONE:.2f} zone "
+                       "under which, in the PRISM paper, more source labels worsened target ECE in 86–88 % of "
+                       "combinations)")
+    if auroc < 0.95:
+        return ("warn", f"transfers moderately (transfer AUROC {_num(auroc)}, just above the ~{TRANSFER_ZONE:.2f} "
+                        "zone; in the paper 8 % of combinations at this level had rising target ECE)")
+    return ("good", f"transfers (transfer AUROC {_num(auroc)}; in the paper 1 % of combinations at this level had "
+                    "rising target ECE)")
+
+
+def _transfer(model: str, table: str, s: pd.DataFrame) -> list[dict]:
+    out = []
+    s = s.loc[s["transfer_auroc"].notna()]
+    if s.empty:
+        return out
+    if len(s) > MAX_LISTED:  # e.g. the 20 Camelyon17 hospital pairs: one line for all
+        a = float(s["transfer_auroc"].mean())
+        level, zone = _zone_text(a)
+        rises = int(s["target_ece_rises"].astype(bool).sum())
+        below = int((s["transfer_auroc"] < TRANSFER_ZONE).sum())
+        text = (f"{TABLE_LABELS.get(table, table)} ({len(s)} pairs): on average the probe {zone}; {below} of "
+                f"{len(s)} pairs are below {TRANSFER_ZONE:.2f}, and target ECE rose with more source labels on "
+                f"{rises} of {len(s)}.")
+        out.append(_row(model, "transfer", level, table, "", text, _where(table, model, s["setting"]),
+                        "transfer_auroc", "mean", a))
+        return out
+    for r in s.itertuples(index=False):
+        level, zone = _zone_text(float(r.transfer_auroc))
+        direction = "rose" if r.target_ece_delta > 0 else "fell"
+        text = (f"{_setting_name(r.setting)}: the probe {zone}; here raw target ECE {direction} by "
+                f"{_num(abs(r.target_ece_delta))} from {pct(r.fraction_min)} to {pct(r.fraction_max)} source labels.")
+        out.append(_row(model, "transfer", level, table, r.setting, text, _where(table, model, [r.setting]),
+                        "transfer_auroc", "value", float(r.transfer_auroc)))
+    return out
+
+
+def _fewshot(model: str, table: str, s: pd.DataFrame, tolerance: float) -> list[dict]:
+    out = []
+    s = s.loc[s["transfer_auroc"].notna()]
+    measured = s.loc[s["fewshot_ks"].fillna("").astype(str) != ""]
+    if measured.empty:
+        return out
+    for r in measured.itertuples(index=False):
+        ks = [int(k) for k in str(r.fewshot_ks).split(";") if k]
+        where = _where(table, model, [r.setting])
+        if math.isnan(r.fewshot_k_needed):
+            text = (f"{_setting_name(r.setting)}: even {max(ks)} labelled target samples do not bring the few-shot "
+                    f"temperature's target ECE within {tolerance:g} of the oracle ECE at {pct(r.fraction_max)} "
+                    "source labels — recalibrating this site needs more target labels.")
+            level = "bad"
+        else:
+            k = int(r.fewshot_k_needed)
+            text = (f"{_setting_name(r.setting)}: {k} labelled target samples bring the few-shot temperature's "
+                    f"target ECE within {tolerance:g} of the oracle ECE at {pct(r.fraction_max)} source labels "
+                    f"(tested K = {', '.join(map(str, ks))}).")
+            level = "good" if k <= 16 else "warn"
+        out.append(_row(model, "fewshot", level, table, r.setting, text, where, "fewshot_k_needed", "value",
+                        r.fewshot_k_needed))
+    return out
+
+
+def build_verdict(settings: pd.DataFrame | None, *, tolerance: float = FEWSHOT_TOLERANCE) -> pd.DataFrame:
+    """The verdict table from a ``report_settings`` table (see the module docstring)."""
+    rows: list[dict] = []
+    if settings is None or settings.empty:
+        return pd.DataFrame(columns=VERDICT_COLUMNS)
+    models = list(dict.fromkeys(settings["model"]))
+    for model in models:
+        ms = settings.loc[settings["model"] == model]
+        tables = list(dict.fromkeys(ms["table"]))
+        for table in tables:
+            if table != "indomain_propval" or "indomain" not in tables:
+                rows.extend(_glance(model, table, ms.loc[ms["table"] == table]))
+        for table in tables:
+            if table == "indomain_propval" and "indomain" in tables:
+                continue  # same probes as the in-distribution grid; only its temperature differs
+            if table in IN_DISTRIBUTION or table == "transfer":
+                rows.extend(_collapse(model, table, ms.loc[ms["table"] == table]))
+            elif table == "camelyon17_transfer":
+                sub = ms.loc[ms["table"] == table]
+                n_bad = int((sub["collapsed_cells"] > 0).sum())
+                text = (f"{TABLE_LABELS[table]}: the probe collapsed on {n_bad} of {len(sub)} hospital pairs "
+                        f"({int(sub['collapsed_cells'].sum())} cells with a collapsed seed).")
+                rows.append(_row(model, "collapse", "warn" if n_bad else "good", table, "", text,
+                                 _where(table, model, sub["setting"]), "collapsed_cells", "sum",
+                                 int(sub["collapsed_cells"].sum())))
+        for table in tables:
+            sub = ms.loc[ms["table"] == table]
+            if table == "camelyon17_transfer" and len(sub) > MAX_LISTED:
+                sub = sub.loc[sub["scaling_cells"] > 0]
+                n_bad = int(sub["scaling_not_helping_cells"].sum())
+                n_tot = int(sub["scaling_cells"].sum())
+                text = (f"{TABLE_LABELS[table]}: the source-fitted temperature made target ECE worse or no better "
+                        f"in {n_bad} of {n_tot} cells (seed-mean scaled ECE ≥ raw).")
+                rows.append(_row(model, "scaling", "warn" if n_bad else "good", table, "", text,
+                                 _where(table, model, sub["setting"]), "scaling_not_helping_cells", "sum", n_bad))
+            else:
+                rows.extend(_scaling(model, table, sub))
+        has_transfer = any(t in TRANSFER for t in tables)
+        for table in tables:
+            if table in TRANSFER:
+                rows.extend(_transfer(model, table, ms.loc[ms["table"] == table]))
+        if not has_transfer:
+            rows.append(_row(model, "transfer", "na", "", "",
+                             "Transfer not measured: these results hold no transfer task for this model "
+                             "(run a transfer task, e.g. prism_demo_transfer, to see whether the probe transfers)."))
+        fs_rows = []
+        for table in tables:
+            if table in TRANSFER:
+                fs_rows.extend(_fewshot(model, table, ms.loc[ms["table"] == table], tolerance))
+        if fs_rows:
+            rows.extend(fs_rows)
+        elif has_transfer:
+            rows.append(_row(model, "fewshot", "na", "", "",
+                             "Few-shot target temperature not measured: the transfer runs have no "
+                             "temperature_fewshot_k<K> / ece_scaled_fewshot_k<K> columns (the temperature-transfer "
+                             "plugin writes them), so the number of target labels a per-site recalibration needs is "
+                             "unknown."))
+    return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
+
+
+def _select(table: pd.DataFrame, where: Mapping[str, Any]) -> pd.DataFrame:
+    mask = pd.Series(True, index=table.index)
+    for col, val in where.items():
+        values = val if isinstance(val, list) else [val]
+        mask &= table[col].astype(str).isin([str(v) for v in values])
+    return table.loc[mask]
+
+
+def evidence_value(table: pd.DataFrame, where: Mapping[str, Any], column: str, agg: str) -> float:
+    """Recompute a verdict value from the table it cites."""
+    rows = _select(table, where)
+    col = pd.to_numeric(rows[column], errors="coerce")
+    if agg == "value":
+        if len(rows) != 1:
+            raise ValueError(f"verdict cites {where} in {column}: {len(rows)} rows match, expected 1")
+        return float(col.iloc[0])
+    if agg == "sum":
+        return float(col.sum())
+    if agg == "mean":
+        return float(col.mean())
+    raise ValueError(f"unknown aggregation {agg!r}")
+
+
+def check_verdict(verdict: pd.DataFrame, tables: Mapping[str, pd.DataFrame], atol: float = 1e-12) -> list[str]:
+    """Problems found when recomputing each verdict value from its cited table (empty = all match)."""
+    problems = []
+    for r in verdict.itertuples(index=False):
+        if not r.source:
+            continue
+        stem = r.source[:-4] if r.source.endswith(".csv") else r.source
+        if stem not in tables:
+            problems.append(f"{r.text[:60]}: cites {r.source}, which is absent")
+            continue
+        got = evidence_value(tables[stem], json.loads(r.where), r.column, r.agg)
+        want = float(r.value)
+        if not ((math.isnan(got) and math.isnan(want)) or abs(got - want) <= atol):
+            problems.append(f"{r.text[:60]}: {r.column} = {got}, verdict says {want}")
+    return problems
+
+
+__all__ = ["TOPICS", "VERDICT_COLUMNS", "build_verdict", "check_verdict", "evidence_value", "pct"]

@@ -1,0 +1,52 @@
+"""Shared test fixtures: an isolated cache, the shared reference folder, subprocess helpers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("PRISM_SHARED", REPO.parent / "shared"))
+REFERENCE = SHARED / "reference" / "prism_results_v2"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """Every test (and every prism-run it spawns) uses a session-private cache, never ~/.cache."""
+    cache = tmp_path_factory.mktemp("prism-cache")
+    old = os.environ.get("PRISM_CACHE_DIR")
+    os.environ["PRISM_CACHE_DIR"] = str(cache)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    yield cache
+    if old is None:
+        os.environ.pop("PRISM_CACHE_DIR", None)
+    else:
+        os.environ["PRISM_CACHE_DIR"] = old
+
+
+@pytest.fixture
+def reference_dir() -> Path:
+    if not REFERENCE.is_dir():
+        pytest.skip(f"shared reference tables not found at {REFERENCE} (set PRISM_SHARED)")
+    return REFERENCE
+
+
+def prism_run(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600,
+              check: bool = False) -> subprocess.CompletedProcess:
+    """Run the installed ``prism-run`` console script in a subprocess."""
+    exe = Path(sys.executable).with_name("prism-run")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "prism_plugin.cli"]
+    proc = subprocess.run(cmd + list(args), cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True,
+                          text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"prism-run {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def run_cli():
+    return prism_run

@@ -1,0 +1,1 @@
+"""A tiny third-party prism-plugin extension (test fixture)."""
