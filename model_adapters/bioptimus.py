@@ -38,6 +38,7 @@ class HOptimus0(TimmFoundation):
     licence = "Apache-2.0"
     gated = True
     architecture = "ViT-g/14 + 4 registers, SwiGLU (timm vit_giant_patch14_reg4_dinov2), 40 blocks"
+    arch_short = "ViT-g/14+4reg SwiGLU (timm)"
     arch_facts = {"embed_dim": 1536, "patch_size": 14, "depth": 40, "reg_tokens": 4}
     timm_arch = "vit_giant_patch14_reg4_dinov2"
     timm_kwargs = {"img_size": 224, "init_values": 1e-5, "num_classes": 0, "global_pool": "token",

@@ -38,6 +38,7 @@ CLIP_PROFILES = {
 
 class CLIPVisionFoundation(FoundationAdapter):
     architecture = "CLIP ViT-B/32 vision tower (transformers), 12 blocks"
+    arch_short = "ViT-B/32 (transformers)"
     arch_facts = {"embed_dim": 768, "patch_size": 32, "depth": 12, "reg_tokens": 0}
     poolings = {"pooler": 768, "projection": 512}
     default_pooling = "pooler"

@@ -76,8 +76,10 @@ class FoundationAdapter(Adapter):
     hub_id: ClassVar[str] = ""
     licence: ClassVar[str] = ""
     gated: ClassVar[bool] = True
-    #: short human description of the network, e.g. "ViT-L/16 (timm), 24 blocks"
+    #: human description of the network, e.g. "ViT-L/16 (timm vit_large_patch16_224), 24 blocks"
     architecture: ClassVar[str] = ""
+    #: the same in a few characters, for ``prism-run ls adapters``
+    arch_short: ClassVar[str] = ""
     #: expected architecture facts, checked by the tests on the meta device
     arch_facts: ClassVar[Mapping[str, int]] = {}
     #: embedding recipes: name -> output width. ``default_pooling`` is PRISM's.
@@ -123,10 +125,9 @@ class FoundationAdapter(Adapter):
     def ls_description(cls) -> str:
         """One line for ``prism-run ls adapters``: architecture, dim, recipes, licence, hub id."""
         others = ", ".join(f"{k} {v}" for k, v in cls.poolings.items() if k != cls.default_pooling)
-        gated = ", gated" if cls.gated else ""
-        return (f"{cls.display_name}: {cls.architecture}; {cls.poolings[cls.default_pooling]}-d "
-                f"({cls.default_pooling}{'; also ' + others if others else ''}); licence {cls.licence}{gated}; "
-                f"hub {cls.hub_id}")
+        gated = " (gated)" if cls.gated else ""
+        return (f"{cls.display_name} {cls.arch_short}; {cls.poolings[cls.default_pooling]}-d {cls.default_pooling}"
+                f"{' [' + others + ']' if others else ''}; {cls.licence}{gated}; {cls.hub_id}")
 
     # -- to implement ----------------------------------------------------------
     def create_model(self, **overrides: Any):

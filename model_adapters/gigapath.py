@@ -36,6 +36,7 @@ class GigaPath(TimmFoundation):
     licence = "Apache-2.0 terms, research use only"
     gated = True
     architecture = "ViT-g, patch 16, SwiGLU (timm vit_giant_patch14_dinov2), 40 blocks"
+    arch_short = "ViT-g/16 SwiGLU (timm)"
     arch_facts = {"embed_dim": 1536, "patch_size": 16, "depth": 40, "reg_tokens": 0}
     timm_arch = "vit_giant_patch14_dinov2"
     timm_kwargs = {"img_size": 224, "in_chans": 3, "patch_size": 16, "embed_dim": 1536, "depth": 40,

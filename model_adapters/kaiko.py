@@ -44,6 +44,7 @@ class Midnight(FoundationAdapter):
     licence = "MIT"
     gated = False
     architecture = "DINOv2 ViT-g/14, SwiGLU (transformers Dinov2Model), 40 blocks"
+    arch_short = "ViT-g/14 SwiGLU (transformers)"
     arch_facts = {"embed_dim": 1536, "patch_size": 14, "depth": 40, "reg_tokens": 0}
     poolings = {"pooler": 1536, "cls+mean": 3072}
     default_pooling = "pooler"

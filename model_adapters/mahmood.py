@@ -39,6 +39,7 @@ class UNI(TimmFoundation):
     licence = "CC-BY-NC-ND-4.0"
     gated = True
     architecture = "ViT-L/16 (timm vit_large_patch16_224, LayerScale 1e-5), 24 blocks"
+    arch_short = "ViT-L/16 (timm)"
     arch_facts = {"embed_dim": 1024, "patch_size": 16, "depth": 24, "reg_tokens": 0}
     timm_arch = "vit_large_patch16_224"
     timm_kwargs = {"img_size": 224, "patch_size": 16, "init_values": 1e-5, "num_classes": 0,
@@ -83,6 +84,7 @@ class CONCH(FoundationAdapter):
     licence = "CC-BY-NC-ND-4.0"
     gated = True
     architecture = "CoCa image tower: ViT-B/16 at 448 px + attentional pooler (conch-fork), 12 blocks"
+    arch_short = "ViT-B/16@448 + attn pool (conch-fork)"
     arch_facts = {"embed_dim": 768, "patch_size": 16, "depth": 12, "reg_tokens": 0}
     poolings = {"pooled": 512, "projected": 512}
     default_pooling = "pooled"

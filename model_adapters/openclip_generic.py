@@ -173,5 +173,5 @@ class OpenCLIPAdapter(Adapter):
 
 def register(register) -> None:
     register("open_clip:", lambda name="", **kw: OpenCLIPAdapter(name.split(":", 1)[1] if ":" in name else name, **kw),
-             description="any OpenCLIP image tower: open_clip:<arch>[/<pretrained>] or open_clip:hf-hub:<repo>; "
-                         "dim = the model's embed_dim; licence per model; extra [clip]")
+             description="any OpenCLIP image tower: open_clip:<arch>[/<tag>] or open_clip:hf-hub:<repo>; "
+                         "model's embed_dim; licence per model; extra [clip]")

@@ -38,6 +38,7 @@ class Virchow2(TimmFoundation):
     licence = "CC-BY-NC-ND-4.0"
     gated = True
     architecture = "ViT-H/14 + 4 registers, SwiGLU (timm vit_huge_patch14_224), 32 blocks"
+    arch_short = "ViT-H/14+4reg SwiGLU (timm)"
     arch_facts = {"embed_dim": 1280, "patch_size": 14, "depth": 32, "reg_tokens": 4}
     timm_arch = "vit_huge_patch14_224"
     timm_kwargs = {"img_size": 224, "init_values": 1e-5, "num_classes": 0, "reg_tokens": 4, "mlp_ratio": 5.3375,

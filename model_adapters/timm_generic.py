@@ -9,7 +9,13 @@
   (mean of patch tokens) or ``cls+mean`` (concatenation, twice the width).
 * ``img_size``: input size for ViT-style models (changes the preprocessing).
 * ``seed`` (default 0): RNG seed of random initialisation.
+* ``dtype`` (default ``fp32``): ``bf16`` / ``fp16`` autocast during CUDA extraction.
 * plus ``normalize``, ``batch_size``, ``device`` (see the adapter base).
+
+Hub weights (``pretrained=true``, including ``timm:hf-hub:<repo>``) are fetched
+after :func:`prism_plugin.embed.hub.prepare_hub`: offline (``--offline``,
+``HF_HUB_OFFLINE=1`` or no network) a model that is not in the local cache
+fails at once with the hub id and the remedies, instead of retrying.
 
 Preprocessing comes from the model's own pretrained config (timm's
 ``resolve_data_config``): resize to ``crop / crop_pct``, centre crop, model
@@ -19,11 +25,10 @@ mean/std.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
-from prism_plugin.embed.adapter import Adapter, Preprocessing, parse_bool, parse_int
+from prism_plugin.embed.adapter import Adapter, Preprocessing, dtype_name, parse_bool, parse_dtype, parse_int
 from prism_plugin.errors import PrismError
 
 POOLINGS = ("default", "cls", "mean", "cls+mean")
@@ -35,8 +40,9 @@ class TimmAdapter(Adapter):
     licence = "per model (see the timm / HF model card)"
 
     def __init__(self, arch: str, *, pretrained: Any = True, checkpoint: str | None = None,
-                 pooling: str = "default", img_size: Any = None, seed: Any = 0, **base: Any):
+                 pooling: str = "default", img_size: Any = None, seed: Any = 0, dtype: Any = "fp32", **base: Any):
         super().__init__(**base)
+        self.autocast_dtype = parse_dtype(dtype)
         import timm
 
         if not arch:
@@ -65,7 +71,7 @@ class TimmAdapter(Adapter):
 
     @classmethod
     def accepted_args(cls) -> set[str]:
-        return super().accepted_args() | {"pretrained", "checkpoint", "pooling", "img_size", "seed"}
+        return super().accepted_args() | {"pretrained", "checkpoint", "pooling", "img_size", "seed", "dtype"}
 
     def _create_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"num_classes": 0}
@@ -77,10 +83,22 @@ class TimmAdapter(Adapter):
         import timm
         import torch
 
+        if self.hub_id:  # hf-hub: architectures need the repository's config.json, even without weights
+            from prism_plugin.embed import hub
+
+            hub.prepare_hub()
         try:
             with torch.device("meta"):
                 model = timm.create_model(self.arch, pretrained=False, **self._create_kwargs())
         except Exception as exc:
+            if self.hub_id:
+                from prism_plugin.embed import hub
+
+                cause = exc.__cause__ or exc
+                kind = hub.classify(exc) if hub.classify(exc) != "other" else hub.classify(cause)
+                raise hub.weights_error(f"timm:{self.arch}", self.hub_id,
+                                        hub.describe_failure(kind, cause),
+                                        gated=True) from None
             raise PrismError(f"timm could not build {self.arch!r} with {self._create_kwargs()}: {exc}") from None
         width = int(model.num_features)
         self.embed_dim = 2 * width if self.pooling == "cls+mean" else width
@@ -96,9 +114,12 @@ class TimmAdapter(Adapter):
         self.num_prefix_tokens = int(getattr(model, "num_prefix_tokens", 1))
 
     def config(self) -> dict[str, Any]:
-        return {**super().config(), "arch": self.arch, "pretrained": self.pretrained,
-                "pooling": self.pooling, "img_size": self.img_size,
-                "seed": None if self.pretrained or self.checkpoint else self.seed}
+        cfg = {**super().config(), "arch": self.arch, "pretrained": self.pretrained,
+               "pooling": self.pooling, "img_size": self.img_size,
+               "seed": None if self.pretrained or self.checkpoint else self.seed}
+        if self.autocast_dtype is not None:  # fp32 keeps the keys of caches written before dtype existed
+            cfg["dtype"] = dtype_name(self.autocast_dtype)
+        return cfg
 
     def weights_fingerprint(self) -> str:
         if self.checkpoint is not None:
@@ -118,18 +139,22 @@ class TimmAdapter(Adapter):
         import timm
         import torch
 
+        from prism_plugin.embed import hub
+
         torch.manual_seed(self.seed)
         pretrained = self.pretrained and self.checkpoint is None
+        if pretrained:
+            hub.prepare_hub()  # offline or no network: the hub client answers from its cache, no retries
         try:
             model = timm.create_model(self.arch, pretrained=pretrained, **self._create_kwargs())
         except Exception as exc:
-            offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-            raise PrismError(
-                f"cannot load pretrained weights for {self.arch!r}"
-                f"{' (offline mode)' if offline else ''}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}; "
-                "pass --model-args checkpoint=PATH for a local file, or connect and log in to the hub "
-                "(HF_TOKEN) for gated weights, or pretrained=false for random weights"
-            ) from None
+            if not pretrained:
+                raise PrismError(f"timm could not build {self.arch!r}: {type(exc).__name__}: {exc}") from None
+            cause = exc.__cause__ or exc
+            kind = hub.classify(cause) if hub.classify(exc) == "other" else hub.classify(exc)
+            where = self.hub_id or self._pretrained_hub_id()
+            raise hub.weights_error(f"timm:{self.arch}", where or self.arch, hub.describe_failure(kind, cause),
+                                    gated=True) from None
         if self.checkpoint is not None:
             try:
                 state = torch.load(self.checkpoint, map_location="cpu", weights_only=True)
@@ -141,6 +166,15 @@ class TimmAdapter(Adapter):
                 raise PrismError(f"checkpoint {self.checkpoint}: missing {len(missing)} weights, e.g. {missing[:3]}")
         model.eval().to(device)
         self._model = model
+
+    def _pretrained_hub_id(self) -> str:
+        import timm
+
+        try:
+            cfg = timm.models.get_pretrained_cfg(self.arch)
+        except Exception:  # noqa: BLE001 - only used to word an error message
+            cfg = None
+        return str(getattr(cfg, "hf_hub_id", "") or "")
 
     def forward(self, batch):
         import torch
@@ -162,4 +196,5 @@ class TimmAdapter(Adapter):
 
 def register(register) -> None:
     register("timm:", lambda name="", **kw: TimmAdapter(name.split(":", 1)[1] if ":" in name else name, **kw),
-             description="any timm architecture: timm:<name> (pretrained or random, pooling cls/mean/cls+mean)")
+             description="any timm model: timm:<name> or timm:hf-hub:<repo>; num_features (2x cls+mean); "
+                         "licence per model")

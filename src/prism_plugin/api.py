@@ -9,7 +9,7 @@ import pandas as pd
 from prism_plugin.errors import PrismError
 from prism_plugin.plugins import get_host
 from prism_plugin.protocol.grid import DEFAULT_FRACTIONS, DEFAULT_SEEDS, GridSpec, grid_keys, run_grid
-from prism_plugin.protocol.inputs import SplitArrays, check_splits
+from prism_plugin.protocol.inputs import SplitArrays, check_grid_settings, check_splits
 from prism_plugin.results import rows_to_frame
 
 
@@ -26,8 +26,12 @@ def _split(value: Any, name: str) -> SplitArrays | None:
 
 
 def check_fractions(fractions: Iterable[float], where: str = "label_fractions") -> tuple[float, ...]:
+    if isinstance(fractions, (str, bytes)) or not isinstance(fractions, Iterable):
+        raise PrismError(f"{where}: pass a list of fractions in (0, 1], e.g. [0.01, 0.1, 1.0]; got {fractions!r}")
     out = []
     for f in fractions:
+        if isinstance(f, bool):
+            raise PrismError(f"{where}: {f!r} is not a number; use values in (0, 1]")
         try:
             f = float(f)
         except (TypeError, ValueError):
@@ -37,6 +41,8 @@ def check_fractions(fractions: Iterable[float], where: str = "label_fractions") 
         out.append(f)
     if not out:
         raise PrismError(f"{where}: at least one label fraction is needed")
+    if len({f"{f:g}" for f in out}) != len(out):
+        raise PrismError(f"{where}: {out} contains duplicates (values equal to 6 significant digits)")
     return tuple(out)
 
 
@@ -62,7 +68,10 @@ def evaluate(
 
     Each split is a ``(features, labels)`` pair (``val`` may be ``None``: the
     temperature and scaled ECE are then NaN). Labels must be integers
-    0..K-1. Columns follow ``indomain_all_v2.csv`` plus ``nll``,
+    0..K-1 (integer-valued floats are accepted); every class needs a training
+    sample; a test split with a single class gives AUROC NaN (PROTOCOL §3).
+    Any bad input raises :class:`~prism_plugin.errors.PrismError` naming the
+    split or argument (see :mod:`prism_plugin.protocol.inputs`). Columns follow ``indomain_all_v2.csv`` plus ``nll``,
     ``nll_scaled`` and metadata; one row per fraction x seed, fraction
     ascending then seeds in the given order.
 
@@ -74,7 +83,9 @@ def evaluate(
     import warnings
 
     fractions = check_fractions(fractions)
-    if binary_logits not in ("symmetric", "natural"):
+    settings = check_grid_settings(seeds=seeds, C=C, max_iter=max_iter, ece_bins=ece_bins,
+                                   proportional_val=proportional_val, probe=probe)
+    if not isinstance(binary_logits, str) or binary_logits not in ("symmetric", "natural"):
         raise PrismError(f"binary_logits must be 'symmetric' or 'natural', got {binary_logits!r}")
     tr, va, te = _split(train, "train"), _split(val, "val"), _split(test, "test")
     k = check_splits(tr, va, te, n_classes)
@@ -82,13 +93,14 @@ def evaluate(
         warnings.warn("no validation split: temperature and scaled ECE are NaN (never fitted on test)", stacklevel=2)
     spec = GridSpec(
         fractions=fractions,
-        seeds=tuple(int(s) for s in seeds),
-        probe=probe or {"kind": "logistic", "C": float(C), "max_iter": int(max_iter)},
-        ece_bins=int(ece_bins),
+        seeds=settings["seeds"],
+        probe=settings["probe"],
+        ece_bins=settings["ece_bins"],
         binary_logits=binary_logits,
-        proportional_val=proportional_val,
+        proportional_val=settings["proportional_val"],
     )
-    host = get_host(disable)
+    host = get_host([disable] if isinstance(disable, str) else disable)
+    model, dataset = str(model), str(dataset)
     ident = {"task": dataset, "adapter": model, "model": model, "dataset": dataset}
     rows = run_grid(tr, va, te, k, spec, host, ident)
     return rows_to_frame([rows[key] for key in grid_keys(spec)])

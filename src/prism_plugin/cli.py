@@ -19,6 +19,11 @@ PROG = "prism-run"
 COMMAND_MODULES: dict[str, str] = {
     "compare": "compare",
     "reference": "reference",
+    "cache": "cache",
+    "findings": "findings",
+    "audit": "audit",
+    "sensitivity": "sensitivity",
+    "geometry": "geometry",
 }
 SUBCOMMANDS = ("ls", "validate", "report", *COMMAND_MODULES)
 
@@ -71,8 +76,17 @@ def main_parser() -> argparse.ArgumentParser:
                    help="embedding cache (default: $PRISM_CACHE_DIR or ~/.cache/prism-plugin)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override a task key, e.g. --set label_fractions=[0.01,0.1] --set probe.C=0.1")
+    p.add_argument("--probe", default=None, metavar="KIND",
+                   help="probe head (same as --set probe.kind=KIND): logistic (default), logistic_std, knn1, "
+                        "centroid, centroid_cos, linear_svm, or a plugin's head")
     p.add_argument("--probe-backend", choices=("sklearn", "torch"), default=None,
                    help="logistic probe solver: sklearn lbfgs (reference, default) or the converged torch backend")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="run N label fractions at once (local process pool; default 1: the fit is "
+                        "memory-bandwidth bound, see BENCHMARKS.md)")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local (default) or ray: grid units as Ray tasks reading the shared cache")
+    p.add_argument("--address", default=None, metavar="HOST:PORT", help="Ray cluster address (--executor ray)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="take N items per split (smoke runs)")
     p.add_argument("--allow-size-mismatch", action="store_true",
                    help="run even if split sizes differ from those recorded in the task")
@@ -89,7 +103,7 @@ def sub_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG)
     sub = p.add_subparsers(dest="command", required=True)
     ls = sub.add_parser("ls", help="list plugins, adapters or tasks with where each came from")
-    ls.add_argument("what", choices=("plugins", "adapters", "tasks"))
+    ls.add_argument("what", choices=("plugins", "adapters", "tasks", "groups"))
     _common(ls)
     val = sub.add_parser("validate", help="check a task (name or YAML file) without running it")
     val.add_argument("target", nargs="+")
@@ -127,6 +141,11 @@ def cmd_ls(args) -> int:
         from prism_plugin.tasks.index import default_index
 
         index = default_index(host, args.include_path)
+        if args.what == "groups":
+            rows = [(e.name, len(e.members), e.description[:60], str(e.file))
+                    for e in sorted(index.groups().values(), key=lambda e: e.name)]
+            _print_rows(("group", "members", "description", "file"), rows)
+            return 0
         rows = [(e.name, e.description[:60], str(e.file)) for e in sorted(index.entries().values(), key=lambda e: e.name)]
         _print_rows(("task", "description", "file"), rows)
     return 0
@@ -166,6 +185,7 @@ def cmd_report(args) -> int:
 def cmd_main(args) -> int:
     from prism_plugin.runner import JobOptions, compact_table, default_output, make_adapter, run_job
     from prism_plugin.tasks.index import default_index
+    from prism_plugin.tasks.sweep import expand_sweeps
 
     if args.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
@@ -177,21 +197,29 @@ def cmd_main(args) -> int:
     index = default_index(host, args.include_path)
     model_args = parse_model_args(args.model_args)
     overrides = list(args.overrides) + ([f"probe.backend={args.probe_backend}"] if args.probe_backend else [])
-    tasks = [index.load(t, overrides) for t in args.task]  # validate every task before any work
+    overrides += [f"probe.kind={args.probe}"] if args.probe else []
+    jobs = index.expand_args(args.task, overrides)  # groups expand to members; every task validated before any work
+    jobs = expand_sweeps(jobs, host)  # `sweep:` -> one task variant per value (prism_plugin.tasks.sweep)
     adapters = [make_adapter(host, m, model_args) for m in args.model]
-    single = len(tasks) == 1 and len(adapters) == 1
+    from prism_plugin.executors import make_executor
+
+    executor = make_executor(args.executor, args.jobs, args.address)
+    single = len(jobs) == 1 and len(adapters) == 1 and not jobs[0][0]
     base = Path("prism_results")
-    for task in tasks:
+    group_runs: dict[str, list] = {}
+    for group, task in jobs:
         for adapter in adapters:
             if single and args.output is not None:
                 out = args.output
             else:
-                out = default_output(args.output or base, task.name, adapter.display_name)
+                out = default_output((args.output or base) / group, task.name, adapter.display_name)
             opts = JobOptions(output=out, model_args=model_args, cache_dir=args.cache_dir, device=args.device,
                               num_workers=args.num_workers, limit=args.limit,
                               allow_size_mismatch=args.allow_size_mismatch, progress=not args.quiet,
-                              report=not args.no_report)
+                              report=not args.no_report, executor=executor)
             result = run_job(task, adapter, host, opts)
+            if group:
+                group_runs.setdefault(group, []).append(result.runs)
             if not args.quiet:
                 reused = len(result.summary["reused_cells"])
                 print(f"\n{adapter.display_name} on {task.name} ({len(result.runs)} runs"
@@ -199,6 +227,14 @@ def cmd_main(args) -> int:
                       f"{result.summary['timings']['total_seconds']:.1f} s)")
                 print(compact_table(result.runs))
             print(f"results: {result.results_dir}")
+    for group, frames in group_runs.items():  # one table per group: members in group order
+        import pandas as pd
+
+        from prism_plugin.results import order_columns, write_csv
+
+        combined = pd.concat(frames, ignore_index=True)
+        write_csv((args.output or base) / group / "runs.csv", combined[order_columns(combined.columns)])
+        print(f"group {group}: {(args.output or base) / group / 'runs.csv'} ({len(combined)} runs)")
     return 0
 
 

@@ -173,6 +173,12 @@ PAPER_TABLES: dict[int, PaperTable] = {
     ),
 }
 
+#: Printed values that differ from the seed mean of the published per-run tables by more
+#: than the print precision (kept as printed: this module ships what the paper states).
+KNOWN_DISCREPANCIES: dict[tuple[int, str, str], str] = {
+    (12, "CLIP", "CRC"): "printed 0.004; the published per-run tables give 0.00325 (0.003 at print precision)",
+}
+
 #: Tables of in-distribution runs and of transfer runs.
 INDOMAIN_TABLES: tuple[int, ...] = (9, 10, 11, 12, 13, 14, 15)
 TRANSFER_TABLES: tuple[int, ...] = (16, 17)
@@ -263,7 +269,7 @@ PUBLISHED_FILES: dict[str, tuple[int, str]] = {
 
 
 __all__ = [
-    "BINARY_DATASETS", "DATASETS", "INDOMAIN_TABLES", "PAIRS", "PAPER", "PAPER_CRI_FRACTIONS", "PAPER_MISSING_MODELS",
+    "BINARY_DATASETS", "DATASETS", "INDOMAIN_TABLES", "KNOWN_DISCREPANCIES", "PAIRS", "PAPER", "PAPER_CRI_FRACTIONS", "PAPER_MISSING_MODELS",
     "PAPER_MODELS", "PAPER_TABLES", "PUBLISHED_COMMIT", "PUBLISHED_FILES", "PUBLISHED_PATH", "PUBLISHED_REPOSITORY",
     "PUBLISHED_URL", "PaperTable", "STATED_CRI", "STATED_CRI_SPREAD", "TRANSFER_TABLES", "coverage_statement",
     "paper_run_tables",

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from prism_plugin.metrics.core import neutral_temperature, probabilities_from_logits
 from prism_plugin.protocol.temperature import T_BOUNDS, fit_temperature
+
+
+def _readonly(arr: np.ndarray) -> np.ndarray:
+    view = np.asarray(arr).view()
+    view.flags.writeable = False
+    return view
 
 
 @dataclass(frozen=True)
@@ -18,6 +25,64 @@ class CalibrationSet:
     logits: np.ndarray
     labels: np.ndarray
     description: str = ""
+
+
+def _read_only(arr: np.ndarray) -> np.ndarray:
+    view = arr.view()
+    view.flags.writeable = False
+    return view
+
+
+class RunFeatures:
+    """Read-only access to the features of one run, for plugins that work on embeddings.
+
+    * ``train_X`` / ``train_y``: the training subset the head was fitted on (the run's fraction x
+      seed subset of the train split; for transfer tasks the **source** train split), materialised
+      on first access.
+    * ``val_X`` / ``val_y``: the validation split (source val for transfer tasks) or ``None``.
+    * ``test_X`` / ``test_y``: the evaluation split (the **target** for transfer tasks).
+    * ``head``: the fitted probe head (``evaluate(X) -> ProbeOutput``); do not refit it.
+    * ``make_head()``: a fresh, unfitted head with this run's kind, settings and seed.
+    """
+
+    def __init__(self, train, train_indices: np.ndarray, val, test, head: Any,
+                 make_head: Callable[[], Any] | None = None, head_kind: str = ""):
+        self._train, self._indices, self._val, self._test = train, np.asarray(train_indices), val, test
+        self.head = head
+        self.head_kind = head_kind
+        self._make_head = make_head
+        self._train_X: np.ndarray | None = None
+
+    @property
+    def train_X(self) -> np.ndarray:
+        if self._train_X is None:
+            self._train_X = _read_only(np.asarray(self._train.X[self._indices], dtype=np.float32))
+        return self._train_X
+
+    @property
+    def train_y(self) -> np.ndarray:
+        return _read_only(np.asarray(self._train.y)[self._indices])
+
+    @property
+    def val_X(self) -> np.ndarray | None:
+        return None if self._val is None else _read_only(np.asarray(self._val.X))
+
+    @property
+    def val_y(self) -> np.ndarray | None:
+        return None if self._val is None else _read_only(np.asarray(self._val.y))
+
+    @property
+    def test_X(self) -> np.ndarray:
+        return _read_only(np.asarray(self._test.X))
+
+    @property
+    def test_y(self) -> np.ndarray:
+        return _read_only(np.asarray(self._test.y))
+
+    def make_head(self) -> Any:
+        if self._make_head is None:
+            raise RuntimeError("this run cannot build a fresh head")
+        return self._make_head()
 
 
 @dataclass
@@ -37,6 +102,11 @@ class RunContext:
     * ``temperature(name)`` fits (once, cached) and returns T, or NaN when that
       split is absent.
     * ``meta``: task kind, dataset/pair names and anything a task adds.
+    * ``features`` (optional, ``None`` when the caller has no features): a
+      :class:`RunFeatures` with the run's train subset, val and test features
+      and the fitted head, for plugins that adapt or probe embeddings.
+    * ``artifact_dir`` (optional): a folder where a plugin may write per-run
+      files (e.g. per-example predictions) beside the results; ``None`` = none.
     """
 
     task: str
@@ -57,13 +127,16 @@ class RunContext:
     t_bounds: tuple[float, float] = T_BOUNDS
     class_names: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
+    features: RunFeatures | None = None
+    artifact_dir: Path | None = None
     _temperatures: dict[str, float] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        for arr in (self.y_test, self.proba_test, self.logits_test):
-            arr.flags.writeable = False
-        self.pred_test = self.proba_test.argmax(axis=1)
-        self.pred_test.flags.writeable = False
+        # read-only *views*: plugins cannot modify shared arrays, callers' arrays stay writable
+        self.y_test = _readonly(self.y_test)
+        self.proba_test = _readonly(self.proba_test)
+        self.logits_test = _readonly(self.logits_test)
+        self.pred_test = _readonly(self.proba_test.argmax(axis=1))
 
     @property
     def neutral_temperature(self) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import time
 import warnings
@@ -23,7 +24,7 @@ from prism_plugin.data.sources import open_source
 from prism_plugin.embed.cache import EmbeddingCache
 from prism_plugin.embed.extract import extract_split, pick_device
 from prism_plugin.errors import PrismError
-from prism_plugin.protocol.grid import GridSpec, grid_keys, run_grid
+from prism_plugin.protocol.grid import GridSpec, RunKey, grid_keys, run_grid
 from prism_plugin.protocol.inputs import SplitArrays, check_splits
 from prism_plugin.results import ResultsDir, cell_stats, rows_to_frame
 from prism_plugin.tasks.schema import TaskConfig
@@ -47,6 +48,8 @@ class JobOptions:
     progress: bool = True
     report: bool = True
     log: Callable[[str], None] = print
+    #: where the grid runs (see prism_plugin.executors); None = in-process
+    executor: Any = None
 
 
 @dataclass
@@ -231,9 +234,25 @@ def default_output(base: Path, task: str, adapter_name: str) -> Path:
     return base / _safe_name(task) / _safe_name(adapter_name)
 
 
+def _check_before_work(task: TaskConfig, opts: JobOptions) -> None:
+    """Problems that would otherwise surface only after the extraction: fail before it."""
+    ids = [RunKey(float(f), int(s)).id for f in task.label_fractions for s in task.seeds]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise PrismError(f"{task.file}: label_fractions/seeds give two runs the same id {dup[0]!r} (fractions "
+                         "equal to 6 significant digits); remove the near-duplicate value")
+    out = Path(opts.output)
+    if out.exists() and not out.is_dir():
+        raise PrismError(f"--output {out}: exists and is not a folder; pass a results folder")
+    parent = next((p for p in [out, *out.parents] if p.exists()), None)
+    if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK)):
+        raise PrismError(f"--output {out}: cannot write under {parent}; pass a writable results folder")
+
+
 def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     """Run one task for one adapter; write and return the results directory."""
     t_start = time.perf_counter()
+    _check_before_work(task, opts)
     if task.is_transfer:
         splits, emb_info = transfer_embeddings(task, adapter, opts)
     else:
@@ -250,11 +269,6 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     parts = fingerprint_parts(task, adapter, emb_info)
     fingerprint = _digest_full(parts)
     keys = list(grid_keys(spec))
-    ids = [key.id for key in keys]
-    if len(set(ids)) != len(ids):
-        dup = sorted({i for i in ids if ids.count(i) > 1})
-        raise PrismError(f"{task.file}: label_fractions/seeds give two runs the same id {dup[0]!r} (fractions "
-                         "equal to 6 significant digits); remove the near-duplicate value")
     reused, stale = [], []
 
     def exact(key) -> dict[str, Any]:
@@ -280,8 +294,19 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
              "class_names": task.class_names, "columns": columns,
              "meta": {"kind": task.kind, "src": task.src, "tgt": task.tgt, "pair": task.pair}}
     t_grid = time.perf_counter()
-    run_grid(splits["train"], splits.get("val"), splits["test"], k, spec, host, ident, skip=skip,
-             on_row=lambda key, row: results.save_cell(task.name, key.id, fingerprint, row, parts))
+    def save(key, row) -> None:
+        results.save_cell(task.name, key.id, fingerprint, row, parts)
+
+    executor = opts.executor
+    if executor is None or (executor.name == "local" and executor.jobs == 1):
+        run_grid(splits["train"], splits.get("val"), splits["test"], k, spec, host, ident, skip=skip, on_row=save)
+    else:
+        from prism_plugin.executors import GridJob, SplitRef, plan_units
+
+        job = GridJob(SplitRef.of(splits["train"]), SplitRef.of(splits["val"]) if "val" in splits else None,
+                      SplitRef.of(splits["test"]), k, spec, ident, tuple(sorted(host.disabled)))
+        for key, row in executor.run(job, plan_units(spec, skip)):
+            save(key, row)
     grid_seconds = time.perf_counter() - t_grid
     if stale:
         by_reason: dict[str, list[str]] = {}

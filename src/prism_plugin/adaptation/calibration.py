@@ -15,14 +15,18 @@ bounded-Brent NLL fit, :func:`prism_plugin.protocol.temperature.fit_temperature`
 * ``raw``      no temperature,
 * ``src``      T fitted on the held-out **source** split, applied to the target (deployable),
 * ``oracle``   T fitted on the whole labelled target (upper bound, not deployable),
-* ``k4`` ...   T fitted on K labelled target samples (simple random draws without replacement,
-  repeated ``draws`` times) and evaluated on the remaining target samples; metrics and T are
-  means over draws,
+* ``k4`` ...   T fitted on K labelled target samples and evaluated on the remaining target
+  samples; metrics and T are means over ``draws`` draws. The draws are exactly those of the
+  transfer-temperature plugin (:func:`prism_plugin.metrics.temperature_transfer.stratified_draw`,
+  class-stratified, ``default_rng([seed, K])``), so ``T`` here equals its
+  ``temperature_fewshot_k<K>`` for the same run seed; this module adds the top-label, adaptive,
+  NLL and Brier metrics on the held-out rest.
 * ``cbr``      probabilities of the probe on CBR-adapted target features (no temperature),
 * ``cbr_src``  CBR then the source T.
 
-The few-shot draws here are our own; the transfer-under-shift plugin (issue 5) has its own few-shot
-temperature on the PRISM ECE conventions and column names.
+The oracle and few-shot temperatures themselves are reported by the transfer-temperature plugin
+(``temperature_oracle``, ``temperature_fewshot_k<K>``); the adaptation plugin reports only the
+metrics of each arm (``calx_<arm>_<metric>``), never the same temperature twice.
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from prism_plugin.metrics.core import EPS_LOG, ece_bin_edges, multiclass_brier, nll, softmax
+from prism_plugin.metrics.temperature_transfer import FEWSHOT_REPEATS, stratified_draw
 from prism_plugin.protocol.temperature import T_BOUNDS, fit_temperature
 
 FEW_SHOT_KS = (4, 8, 16, 32)
-FEW_SHOT_DRAWS = 20
+FEW_SHOT_DRAWS = FEWSHOT_REPEATS
 METRICS = ("ece_top", "ece_adaptive", "nll", "brier")
 
 
@@ -70,12 +75,13 @@ def scaled(logits: np.ndarray, temperature: float) -> np.ndarray:
     return softmax(np.asarray(logits, dtype=np.float64) / float(temperature))
 
 
-def few_shot_draws(n: int, k: int, draws: int, seed: int) -> list[np.ndarray]:
-    """Index sets of size k (without replacement) for each draw; empty when k >= n."""
-    if k >= n:
+def few_shot_draws(y: np.ndarray, k: int, draws: int, seed: int) -> list[np.ndarray]:
+    """The transfer-temperature plugin's class-stratified draws of size k; empty when k >= N."""
+    y = np.asarray(y, dtype=np.int64)
+    if k >= len(y) or k < 1:
         return []
     rng = np.random.default_rng([int(seed), int(k)])
-    return [np.sort(rng.choice(n, size=k, replace=False)) for _ in range(draws)]
+    return [stratified_draw(y, int(k), rng) for _ in range(int(draws))]
 
 
 def few_shot_temperature(logits: np.ndarray, y: np.ndarray, k: int, *, draws: int = FEW_SHOT_DRAWS,
@@ -84,7 +90,7 @@ def few_shot_temperature(logits: np.ndarray, y: np.ndarray, k: int, *, draws: in
     """Mean T over draws and the mean metrics on the held-out rest (NaN when K >= N)."""
     logits = np.asarray(logits, dtype=np.float64)
     y = np.asarray(y, dtype=np.int64)
-    sets = few_shot_draws(len(y), k, draws, seed)
+    sets = few_shot_draws(y, k, draws, seed)
     if not sets:
         return float("nan"), {m: float("nan") for m in METRICS}
     ts, rows = [], []

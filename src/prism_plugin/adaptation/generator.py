@@ -49,16 +49,32 @@ class ShiftGenerator:
         self.class_means = raw * (class_sep / np.sqrt(2.0))
         self.class_names = tuple(class_names) if class_names else tuple(f"class{i}" for i in range(n_classes))
 
-    def direction(self, name: str) -> np.ndarray:
-        """A unit vector drawn deterministically from the generator seed and the domain name."""
+    def direction(self, name: str, align: float | None = None) -> np.ndarray:
+        """A unit vector drawn deterministically from the generator seed and the domain name.
+
+        ``align`` (in [0, 1]) is its cosine with the span of the centred class means: 0 = a pure
+        nuisance direction no source probe relies on, 1 = entirely class-discriminative. ``None``
+        draws an unconstrained random direction.
+        """
         rng = np.random.default_rng([self.seed, 2, zlib.crc32(name.encode())])
         v = rng.standard_normal(self.dim)
-        return v / np.linalg.norm(v)
+        if align is None:
+            return v / np.linalg.norm(v)
+        a = float(align)
+        if not 0.0 <= a <= 1.0:
+            raise ValueError("align must be in [0, 1]")
+        centred = self.class_means - self.class_means.mean(axis=0)
+        basis = np.linalg.svd(centred, full_matrices=False)[2][: self.n_classes - 1]
+        inside = basis.T @ (basis @ v)
+        outside = v - inside
+        if np.linalg.norm(outside) < 1e-12 or np.linalg.norm(inside) < 1e-12:
+            raise ValueError("dim too small to separate class and nuisance directions")
+        return a * inside / np.linalg.norm(inside) + np.sqrt(1 - a * a) * outside / np.linalg.norm(outside)
 
-    def domain(self, name: str, offset: float | np.ndarray = 0.0) -> Domain:
-        """A domain with offset ``magnitude * direction(name)`` (a scalar) or the given vector."""
+    def domain(self, name: str, offset: float | np.ndarray = 0.0, align: float | None = None) -> Domain:
+        """A domain with offset ``magnitude * direction(name, align)`` (a scalar) or the given vector."""
         off = np.asarray(offset, dtype=np.float64)
-        vec = off * self.direction(name) if off.ndim == 0 else off.reshape(self.dim)
+        vec = off * self.direction(name, align) if off.ndim == 0 else off.reshape(self.dim)
         return Domain(name, vec)
 
     def sample(self, domain: Domain, n: int, prior: Sequence[float] | None = None,

@@ -69,6 +69,20 @@ def spearman_ci(x: Sequence[float], y: Sequence[float], *, B: int = BOOTSTRAP_B,
 
 # -- paired bootstrap of macro-F1 -------------------------------------------------------------
 
+def macro_f1(y: np.ndarray, pred: np.ndarray) -> float:
+    """Macro-F1 exactly as ``sklearn.metrics.f1_score(average="macro", zero_division=0)`` (classes =
+    union of the observed true and predicted labels), without its input-validation overhead."""
+    y = np.asarray(y, dtype=np.int64)
+    pred = np.asarray(pred, dtype=np.int64)
+    if y.size == 0:
+        return 0.0
+    k = int(max(y.max(), pred.max())) + 1
+    tp = np.bincount(y[y == pred], minlength=k).astype(np.float64)
+    denom = np.bincount(y, minlength=k) + np.bincount(pred, minlength=k)
+    present = denom > 0
+    return float(np.sum(2 * tp[present] / denom[present]) / present.sum())
+
+
 def _weighted_macro_f1(y: np.ndarray, pred: np.ndarray, W: np.ndarray, n_classes: int) -> np.ndarray:
     """Macro-F1 for each row of resample counts ``W`` (B, N), over the classes present (sklearn's rule)."""
     Y = np.eye(n_classes)[y]

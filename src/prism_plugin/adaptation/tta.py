@@ -34,8 +34,9 @@ method         target statistics / action
 ``shot_im``    SHOT's information maximisation on the probe only (the encoder is frozen): the linear
                head ``(W, b)`` is updated by full-batch Adam to minimise
                ``mean_i H(p_i) - H(mean_i p_i)`` (entropy minimisation + diversity) for ``steps``
-               steps (default 10, learning rate 1e-3, in the head's own standardised space), seeded;
-               heads without linear parameters (1-NN) report NaN.
+               steps (default 10, learning rate 1e-3, in the head's own standardised space; full
+               batch, closed-form gradient, so deterministic); heads without linear parameters
+               (1-NN) report NaN.
 =============  ====================================================================================
 """
 
@@ -138,26 +139,46 @@ def bbse_adjust(proba: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 # -- SHOT-IM --------------------------------------------------------------------------------
 
+def im_loss_and_grad(Z: np.ndarray, W: np.ndarray, b: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """``mean_i H(p_i) - H(mean_i p_i)`` for ``p = softmax(Z W^T + b)`` and its gradient (closed form).
+
+    With ``H_i`` the entropy of row i and ``pbar`` the mean prediction, the gradient with respect to
+    the logits is ``-p_i (log p_i + H_i) / N`` (entropy term) plus
+    ``p_i (log pbar - sum_k p_ik log pbar_k) / N`` (diversity term).
+    """
+    logits = Z @ W.T + b
+    logits = logits - logits.max(axis=1, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    p = np.exp(logp)
+    n = len(Z)
+    ent_i = -(p * logp).sum(axis=1)
+    pbar = p.mean(axis=0)
+    log_pbar = np.log(pbar + 1e-12)
+    loss = float(ent_i.mean() + (pbar * log_pbar).sum())
+    g = (-p * (logp + ent_i[:, None]) + p * (log_pbar[None, :] - (p * log_pbar).sum(axis=1, keepdims=True))) / n
+    return loss, g.T @ Z, g.sum(axis=0)
+
+
 def information_maximisation(Z: np.ndarray, W: np.ndarray, b: np.ndarray, *, steps: int = SHOT_STEPS,
                              lr: float = SHOT_LR, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Adapt a linear head ``softmax(Z W^T + b)`` by minimising ``E[H(p)] - H(E[p])`` (full batch Adam)."""
-    import torch
+    """Adapt a linear head ``softmax(Z W^T + b)`` by minimising ``E[H(p)] - H(E[p])``.
 
-    torch.manual_seed(int(seed))
-    z = torch.as_tensor(np.asarray(Z, dtype=np.float64))
-    w = torch.tensor(np.asarray(W, dtype=np.float64), requires_grad=True)
-    bias = torch.tensor(np.asarray(b, dtype=np.float64), requires_grad=True)
-    opt = torch.optim.Adam([w, bias], lr=float(lr))
-    for _ in range(int(steps)):
-        opt.zero_grad()
-        logp = torch.log_softmax(z @ w.T + bias, dim=1)
-        p = logp.exp()
-        ent = -(p * logp).sum(dim=1).mean()
-        pm = p.mean(dim=0)
-        div = (pm * torch.log(pm + 1e-12)).sum()  # = -H(mean p)
-        (ent + div).backward()
-        opt.step()
-    return w.detach().numpy(), bias.detach().numpy()
+    Full-batch Adam (beta = 0.9, 0.999; eps = 1e-8, PyTorch's defaults) for ``steps`` steps from the
+    source head. Full batch makes it deterministic; ``seed`` is accepted for interface symmetry
+    with stochastic variants and does not change the result.
+    """
+    Z = np.asarray(Z, dtype=np.float64)
+    params = [np.array(W, dtype=np.float64), np.array(b, dtype=np.float64)]
+    m = [np.zeros_like(q) for q in params]
+    v = [np.zeros_like(q) for q in params]
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    for t in range(1, int(steps) + 1):
+        _, gW, gb = im_loss_and_grad(Z, params[0], params[1])
+        for i, g in enumerate((gW, gb)):
+            m[i] = b1 * m[i] + (1 - b1) * g
+            v[i] = b2 * v[i] + (1 - b2) * g * g
+            params[i] -= lr * (m[i] / (1 - b1 ** t)) / (np.sqrt(v[i] / (1 - b2 ** t)) + eps)
+    return params[0], params[1]
 
 
 # -- one call per method --------------------------------------------------------------------

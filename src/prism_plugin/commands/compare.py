@@ -37,9 +37,13 @@ TRANSFER_COLUMNS = ["model", "src", "tgt", "pair", "fraction", "seed", "auroc"]
 YOURS = " *"
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    from prism_plugin.summaries.cri import AGGREGATIONS
+#: Shown in --help only (the rule is looked up in prism_plugin.summaries.cri.AGGREGATIONS at run
+#: time, so a rule added there works without changing this line); kept here so that building the
+#: parser does not import SciPy.
+AGGREGATION_HELP = "multiplicative (default), arithmetic, geometric, worst_axis"
 
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "compare",
         help="rank your model(s) among the reference models by CRI, with AUROC, ECE and OOD stability",
@@ -54,7 +58,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--reference", type=Path, default=None, metavar="DIR",
                    help="folder with the results_v2 layout (default: the pulled copy, else the paper tables)")
     p.add_argument("--aggregation", default="multiplicative", metavar="A",
-                   help=f"CRI rule: {', '.join(AGGREGATIONS)} (default multiplicative)")
+                   help=f"CRI aggregation rule: {AGGREGATION_HELP}")
     p.add_argument("--ood-stability", action="append", default=[], metavar="X|MODEL=X",
                    help="OOD stability in [0, 1] for your model(s) (replaces a measured or imputed value); repeatable")
     p.add_argument("--output", type=Path, default=None, metavar="FILE.csv", help="also write the ranked table")
@@ -255,7 +259,7 @@ def run(args) -> int:
     table = cri.cri_variants(combined, resolved["ood_stability"], fraction, imputed=resolved["imputed"])
     table.insert(1, "ece", _model_means(combined, fraction, "ece_fixed").reindex(table.index))
     table["stability_source"] = resolved["source"].reindex(table.index).replace(
-        {"measured": "", "default": "imputed (ref. mean)", "user": "imputed (user)", "mean": "imputed (mean)",
+        {"measured": "measured", "default": "imputed (ref. mean)", "user": "imputed (user)", "mean": "imputed (mean)",
          "none": "none"})
     ranked = cri.rank_by_cri(table, args.aggregation)
     col = f"cri_{args.aggregation}"

@@ -143,7 +143,7 @@ def resolve_reference(directory: str | Path | None, required: tuple[str, ...] = 
                          f"per-run tables in {Path(directory).expanduser()} (results_v2 layout)")
     pulled = pulled_dir()
     if pulled.is_dir() and any(pulled.iterdir()):
-        problems = verify_files(pulled, [REFERENCE_FILES[k][0] for k in REFERENCE_FILES])
+        problems = verify_files(pulled)
         if problems:
             raise PrismError(
                 f"the pulled reference in {pulled} fails verification ({'; '.join(problems)}); "
@@ -346,7 +346,8 @@ def run(args) -> int:
     print(f"reference: {ref.label}")
     host = get_host(getattr(args, "disable", ()))
     summary = reference_summary(ref.tables, host)
-    available = sorted(k for k in summary.tables if k.startswith("cri_variants_"))
+    available = sorted((k for k in summary.tables if k.startswith("cri_variants_")),
+                       key=lambda k: float(k.rsplit("_", 1)[-1]))
     from prism_plugin.summaries.cri import fraction_label
 
     fractions = [0.01, 1.0] if fraction is None else [fraction]
@@ -366,9 +367,14 @@ def run(args) -> int:
               f"{summary.headline['cri_rule_kendall_tau_min']:.2f}-{summary.headline['cri_rule_kendall_tau_max']:.2f}")
     for note in summary.notes:
         print(f"note: {note}")
-    missing = [s for s in PUBLISHED_OUTPUTS if s not in summary.tables]
-    if missing:
-        print(f"note: not written (inputs missing): {', '.join(s + '.csv' for s in missing)}")
+    needs = {"cri_variants_100": ("indomain",), "cri_variants_1": ("indomain",),
+             "cri_components": ("indomain", "transfer"),
+             "camelyon17_cri_components": ("camelyon17_indomain", "camelyon17_transfer")}
+    for stem in PUBLISHED_OUTPUTS:
+        if stem not in summary.tables:
+            absent = [REFERENCE_FILES[k][0] for k in needs[stem] if getattr(ref.tables, k) is None]
+            why = f"{' and '.join(absent)} not in the reference" if absent else "see the notes above"
+            print(f"note: {stem}.csv not written: {why}")
     from prism_plugin.summaries.engine import write_summaries
     from prism_plugin.tables import SummaryOutput
 

@@ -157,7 +157,11 @@ class CacheEntry:
 
     def lock(self) -> FileLock:
         """The entry's inter-process lock (re-entrant within one thread)."""
-        self.dir.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PrismError(f"embedding cache {self.root} is not a writable folder ({exc.strerror or exc}); "
+                             "pass --cache-dir DIR or set PRISM_CACHE_DIR") from None
         path = str(self.lock_path)
         with _LOCKS_GUARD:
             lock = _LOCKS.get(path)
@@ -220,7 +224,7 @@ class CacheEntry:
     def _read_manifest_bytes(self) -> bytes | None:
         try:
             return self.manifest_path.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
 
     def check(self) -> str | None:
@@ -439,6 +443,9 @@ class CacheEntry:
 class EmbeddingCache:
     def __init__(self, root: Path | None = None):
         self.root = Path(root) if root else cache_root()
+        if self.root.exists() and not self.root.is_dir():
+            raise PrismError(f"embedding cache {self.root} is a file, not a folder; "
+                             "pass --cache-dir DIR or set PRISM_CACHE_DIR")
 
     def entry(self, adapter_fingerprint: str, dataset_fingerprint: str, split: str) -> CacheEntry:
         return CacheEntry(self.root, entry_key(adapter_fingerprint, dataset_fingerprint, split))

@@ -50,7 +50,7 @@ RESULTS_DIR_KEY = "results_dir"
 #: Tolerance when matching an artifact's ECE against runs.csv.
 ECE_MATCH_TOL = 1e-9
 #: At most this many runs are buffered in memory (oldest dropped first).
-MAX_PENDING = 20000
+MAX_PENDING = 2000
 
 _LOCK = threading.Lock()
 _PENDING: "OrderedDict[tuple[str, str, str], dict[str, Any]]" = OrderedDict()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from prism_plugin.protocol.inputs import SplitArrays
 from prism_plugin.protocol.probe import ProbeOutput
 from prism_plugin.protocol.sampling import stratified_subset
 from prism_plugin.protocol.temperature import T_BOUNDS
-from prism_plugin.run import CalibrationSet, RunContext
+from prism_plugin.run import CalibrationSet, RunContext, RunFeatures
 
 DEFAULT_FRACTIONS = (0.01, 0.05, 0.10, 0.25, 0.50, 1.00)
 DEFAULT_SEEDS = (42, 123, 456)
@@ -68,6 +69,7 @@ class _Fit:
     test: ProbeOutput
     converged: bool | None
     seconds: float
+    head: Any = None
 
 
 def run_grid(
@@ -114,6 +116,7 @@ def run_grid(
                 test=head.evaluate(test.X),
                 converged=getattr(head, "converged", None),
                 seconds=time.perf_counter() - t0,
+                head=head,
             )
         row = _score(key, subset, last, train, val, test, n_classes, spec, host, ident, head_kind)
         rows[key] = row
@@ -156,6 +159,8 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
         t_bounds=tuple(spec.t_bounds),
         class_names=tuple(ident.get("class_names", ())),
         meta=dict(ident.get("meta", {})),
+        features=_features(key, subset, fit, train, val, test, spec, host, head_kind),
+        artifact_dir=ident.get("artifact_dir"),
     )
     row: dict[str, Any] = {
         "model": run.model,
@@ -196,6 +201,15 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
         "reference_table": ident.get("reference_table", "indomain"),
     })
     return row
+
+
+def _features(key, subset, fit: _Fit, train, val, test, spec, host, head_kind) -> RunFeatures | None:
+    """Read-only features and the fitted head for plugins that work on embeddings."""
+    if fit.head is None:
+        return None
+    settings = {k: v for k, v in spec.probe.items() if k != "kind"}
+    make = functools.partial(host.head_factory(head_kind), seed=key.seed, **settings)
+    return RunFeatures(train, subset.indices, val, test, fit.head, make, head_kind)
 
 
 def _scalar(value: Any, name: str, plugin: str):

@@ -26,7 +26,10 @@ class ReportSection:
     line each, what this section would show but cannot, and why (rendered as
     a visible note and collected in the report's "Not shown" list); ``key`` is
     a stable anchor (derived from the title when empty); ``summary`` is a
-    one-line teaser used in the table of contents.
+    one-line teaser used in the table of contents; ``html``, when set, is the
+    section's body in the HTML report (``body`` stays the Markdown twin);
+    ``tables`` (stem -> DataFrame) are written as ``<stem>.csv`` beside the
+    summary tables, so the report's numbers can be traced to a file.
     """
 
     title: str
@@ -37,6 +40,8 @@ class ReportSection:
     not_shown: list[str] = field(default_factory=list)
     key: str = ""
     summary: str = ""
+    html: str = ""
+    tables: dict[str, Any] = field(default_factory=dict)
 
     @property
     def anchor(self) -> str:
@@ -62,7 +67,8 @@ class ReportView:
       schema (``None`` if it could not be built); ``summaries``: the merged
       :class:`~prism_plugin.tables.SummaryOutput`; ``reliability``: the
       reliability artifacts of the source directories; ``notes``: why
-      something could not be loaded.
+      something could not be loaded; ``options``: the summary options used
+      (e.g. ``fewshot_tolerance``, ``binary_logits``).
     """
 
     path: Path
@@ -74,6 +80,7 @@ class ReportView:
     notes: list[str] = field(default_factory=list)
     title: str = ""
     reference: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)

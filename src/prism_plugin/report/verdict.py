@@ -63,8 +63,13 @@ def _frac_list(text: str) -> str:
     return ", ".join(pct(float(v)) for v in vals)
 
 
-def _setting_name(setting: str) -> str:
-    return str(setting).replace("->", " → ")
+def _setting_name(setting: str, table: str = "") -> str:
+    name = str(setting).replace("->", " → ")
+    if table == "indomain_propval":
+        return f"{name} (T from the proportional validation subset)"
+    if table.startswith("camelyon17") and "->" not in str(setting):
+        return f"Camelyon17 {name}"
+    return name
 
 
 def _row(model, topic, level, table, setting, text, where=None, column="", agg="", value=np.nan) -> dict[str, Any]:
@@ -106,20 +111,19 @@ def _collapse(model: str, table: str, s: pd.DataFrame) -> list[dict]:
         where = _where(table, model, [r.setting])
         at = _frac_list(r.collapsed_fractions)
         if math.isnan(r.collapse_free_from):
-            text = (f"{_setting_name(r.setting)}: the probe collapses (>99 % of test predictions in one class, "
-                    f"in at least one seed) at {at}, up to the largest fraction: more labels alone do not fix it.")
+            text = (f"{_setting_name(r.setting, table)}: the probe collapses (in at least one seed) at {at}, up to "
+                    "the largest fraction: more labels alone do not fix it.")
             level = "bad"
         else:
-            text = (f"{_setting_name(r.setting)}: the probe collapses (>99 % of test predictions in one class, "
-                    f"in at least one seed) at {at}; from {pct(r.collapse_free_from)} of the labels on it does not.")
+            text = (f"{_setting_name(r.setting, table)}: the probe collapses (in at least one seed) at {at}; from "
+                    f"{pct(r.collapse_free_from)} of the labels on it does not.")
             level = "warn"
         out.append(_row(model, "collapse", level, table, r.setting, text, where, "largest_collapsed_fraction", "value",
                         float(r.largest_collapsed_fraction)))
     if len(good):
         names = ", ".join(_setting_name(x) for x in good["setting"])
         n_frac = int(good["n_fractions"].sum())
-        text = (f"{label}: no collapse on {names} ({n_frac} cells, every seed kept more than 1 % of its "
-                "predictions outside the majority class).")
+        text = f"{label}: no collapse on {names} ({n_frac} cells, no seed collapsed)."
         out.append(_row(model, "collapse", "good", table, "", text, _where(table, model, good["setting"]),
                         "collapsed_cells", "sum", int(good["collapsed_cells"].sum())))
     return out
@@ -138,7 +142,7 @@ def _scaling(model: str, table: str, s: pd.DataFrame) -> list[dict]:
         at = _frac_list(r.scaling_not_helping_fractions)
         n, tot = int(r.scaling_not_helping_cells), int(r.scaling_cells)
         effect = "made target ECE worse or no better" if transfer else "did not lower ECE"
-        text = (f"{_setting_name(r.setting)}: {t_word} {effect} in {n} of {tot} label fractions ({at}; seed-mean "
+        text = (f"{_setting_name(r.setting, table)}: {t_word} {effect} in {n} of {tot} label fractions ({at}; seed-mean "
                 f"scaled ECE ≥ raw); worst at {pct(r.worst_scaling_fraction)}, {_num(r.worst_scaling_gap)} above raw.")
         level = "bad" if n * 2 >= tot else "warn"
         out.append(_row(model, "scaling", level, table, r.setting, text, where, "scaling_not_helping_cells", "value", n))

@@ -1,22 +1,42 @@
-"""The task index: which task names exist, in which file, under which search path.
+"""The task index: which tasks and groups exist, in which file, under which search path.
 
 Search order: the user's ``--include-path`` folders first, then folders that
 plugins return from the ``task_paths`` hook (the built-in catalogue among them).
 The first file that defines a name wins. Files whose name starts with ``_`` are
 include-only fragments, never tasks by themselves.
+
+A **group** file has ``group: NAME`` and ``tasks: [...]`` (task or group names)
+and may set protocol keys (:data:`PROPAGATED_KEYS`) that every member
+inherits. Precedence, lowest to highest: a member's included fragments
+(e.g. ``_prism_protocol.yaml``) < the outer group < the inner group < the
+member file's own keys < ``--set``. :meth:`TaskIndex.expand` turns a group into
+its member tasks, in order.
+
+A ``sweep:`` key (variants of one task over parameter values) is not part of
+this module yet; it would expand in :meth:`TaskIndex.expand` next to groups.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
 
-from prism_plugin.errors import PrismError, UnknownNameError
+from prism_plugin.errors import PrismError, UnknownNameError, suggest
 from prism_plugin.tasks.loader import Located, deep_merge, parse_yaml, resolve_includes
 from prism_plugin.tasks.schema import TaskConfig, build_task
+
+#: Keys a group passes down to its members (unless a member sets them in its own file).
+PROPAGATED_KEYS = ("label_fractions", "seeds", "probe", "ece_bins", "binary_logits", "temperature_bounds",
+                   "proportional_val")
+GROUP_KEYS = frozenset({"group", "description", "tasks", "include", "tags", *PROPAGATED_KEYS})
+#: ``--set`` keys that a transfer task hands to its source and target tasks (it has no data of its own).
+FORWARDED_TO_MEMBERS = ("split",)
+MAX_PROBLEMS = 25
+SET_FILE = Path("--set")
 
 
 @dataclass(frozen=True)
@@ -25,6 +45,46 @@ class TaskEntry:
     file: Path
     search_path: Path
     description: str = ""
+    kind: str = "task"                  # "task" or "group"
+    members: tuple[str, ...] = ()       # a group's direct members, as written
+
+
+@dataclass
+class GroupConfig:
+    """A validated group: its members expanded into task configs (in order).
+
+    The attributes ``n_classes``, ``splits``, ``label_fractions`` and ``seeds``
+    summarise the members, so a group prints like a task in ``prism-run validate``.
+    """
+
+    name: str
+    file: str
+    description: str
+    members: tuple[str, ...]
+    tasks: list[TaskConfig] = field(default_factory=list)
+    is_group = True
+    is_transfer = False
+
+    @property
+    def n_classes(self) -> str:
+        ks = sorted({t.n_classes for t in self.tasks})
+        return str(ks[0]) if len(ks) == 1 else f"{ks[0]}-{ks[-1]}" if ks else "0"
+
+    @property
+    def splits(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for t in self.tasks:
+            for s in (t.splits or {"train": None, "val": None, "test": None}):
+                out.setdefault(s, None)
+        return out
+
+    @property
+    def label_fractions(self) -> tuple[float, ...]:
+        return tuple(sorted({f for t in self.tasks for f in t.label_fractions}))
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(sorted({s for t in self.tasks for s in t.seeds}))
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -42,46 +102,204 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
+def _leaves(value: Any, prefix: str) -> list[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        out = []
+        for k, v in value.items():
+            out.extend(_leaves(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return [(prefix, value)]
+
+
 def apply_overrides(located: Located, overrides: Iterable[str]) -> Located:
     data = located.data
+    lines, files = dict(located.lines), dict(located.files)
     for text in overrides:
         key, value = parse_override(text)
         nested: Any = value
         for part in reversed(key.split(".")):
             nested = {part: nested}
         data = deep_merge(data, nested)
-        for k in [k for k in located.files if k == key or k.startswith(key + ".") or k.startswith(key + "[")]:
-            located.files[k] = Path("--set")
-        located.files[key] = Path("--set")
-    return Located(data, located.file, located.lines, located.files)
+        for path, _ in [(key, value)] + _leaves(value, key):
+            lines.setdefault(path, 0)
+            files[path] = SET_FILE
+    return Located(data, located.file, lines, files)
+
+
+def _get_path(data: dict, path: str) -> tuple[dict | None, str]:
+    parts = path.split(".")
+    node: Any = data
+    for part in parts[:-1]:
+        if not isinstance(node, dict) or part not in node:
+            return None, parts[-1]
+        node = node[part]
+    return (node if isinstance(node, dict) else None), parts[-1]
+
+
+def _delete_path(data: dict, path: str) -> bool:
+    parent, last = _get_path(data, path)
+    if parent is None or last not in parent:
+        return False
+    del parent[last]
+    return True
+
+
+def _set_path(data: dict, path: str, value: Any) -> None:
+    parts = path.split(".")
+    node = data
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = copy.deepcopy(value)
+
+
+def _is_parent(a: str, b: str) -> bool:
+    """Is key path ``a`` equal to or above ``b``?"""
+    return a == b or b.startswith(a + ".")
+
+
+def _rank(file: Any, own: Path) -> int:
+    """Precedence of the layer that set a key: --set 3, the task's own file 2, an include 1."""
+    if file is None:
+        return 0
+    if Path(file) == SET_FILE:
+        return 3
+    try:
+        return 2 if Path(file).resolve() == own else 1
+    except OSError:  # pragma: no cover
+        return 1
+
+
+def _reset_replaced_source(located: Located) -> Located:
+    """A layer that sets ``source.type`` switches the source: options of lower layers (an included file, or the
+    task file under ``--set``) that the new type does not take are dropped instead of reported."""
+    from prism_plugin.data.sources import COMMON_OPTIONS, SOURCE_TYPES, source_class
+
+    source = located.data.get("source")
+    if not isinstance(source, dict) or "source.type" not in located.files or source.get("type") not in SOURCE_TYPES:
+        return located
+    accepted = set(source_class(source["type"]).OPTIONS) | COMMON_OPTIONS
+    own = located.file.resolve()
+    type_rank = _rank(located.files.get("source.type"), own)
+    drop = [k for k in source if k != "type" and k not in accepted
+            and max((_rank(f, own) for p, f in located.files.items() if _is_parent(f"source.{k}", p)), default=0)
+            < type_rank]
+    if not drop:
+        return located
+    data = copy.deepcopy(located.data)
+    for k in drop:
+        del data["source"][k]
+    return Located(data, located.file, dict(located.lines), dict(located.files))
+
+
+def _inherit(located: Located, inherited: dict[str, tuple[Any, Path, int]]) -> Located:
+    """Group keys fill every leaf the member's own file does not set (fragments it includes lose)."""
+    if not inherited:
+        return located
+    own = located.file.resolve()
+    data = copy.deepcopy(located.data)
+    lines, files = dict(located.lines), dict(located.files)
+    for path, (value, gfile, gline) in inherited.items():
+        if _rank(files.get(path), own) >= 2:
+            continue
+        _set_path(data, path, value)
+        lines[path], files[path] = gline, gfile
+    return Located(data, located.file, lines, files)
+
+
+def _head(file: Path) -> Any:
+    try:
+        return yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+
+
+def _is_group_head(head: Any) -> bool:
+    return isinstance(head, dict) and "group" in head and "task" not in head
+
+
+def _item_lines(file: Path, key: str) -> list[int]:
+    """1-based line of every item of the top-level sequence ``key`` (empty if it cannot be found)."""
+    try:
+        node = yaml.compose(file.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (yaml.YAMLError, OSError, UnicodeDecodeError):
+        return []
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    for k, v in node.value:
+        if isinstance(k, yaml.ScalarNode) and k.value == key and isinstance(v, yaml.SequenceNode):
+            return [item.start_mark.line + 1 for item in v.value]
+    return []
+
+
+def _problem_lines(exc: PrismError) -> list[str]:
+    return [line for line in str(exc).splitlines() if line.strip()]
 
 
 class TaskIndex:
     def __init__(self, search_paths: Iterable[Path]):
         self.search_paths = [Path(p) for p in search_paths]
         self._entries: dict[str, TaskEntry] | None = None
+        self._groups: dict[str, TaskEntry] = {}
+
+    # ------------------------------------------------------------------ discovery
+    def _scan(self) -> None:
+        tasks: dict[str, TaskEntry] = {}
+        groups: dict[str, TaskEntry] = {}
+        for root in self.search_paths:
+            if not root.is_dir():
+                continue
+            files = sorted(set(root.rglob("*.yaml")) | set(root.rglob("*.yml")))
+            for file in files:
+                if file.name.startswith("_"):
+                    continue
+                head = _head(file)
+                desc = str(head.get("description", "") or "") if isinstance(head, dict) else ""
+                if _is_group_head(head) and isinstance(head.get("group"), str):
+                    members = head.get("tasks")
+                    members = tuple(m for m in members if isinstance(m, str)) if isinstance(members, list) else ()
+                    groups.setdefault(head["group"], TaskEntry(head["group"], file, root, desc, "group", members))
+                    continue
+                name = head.get("task") if isinstance(head, dict) else None
+                if not isinstance(name, str):
+                    name = file.stem  # broken file: listed by stem so `validate` can report it
+                tasks.setdefault(name, TaskEntry(name, file, root, desc))
+        self._entries, self._groups = tasks, groups
 
     def entries(self) -> dict[str, TaskEntry]:
+        """Tasks (not groups) by name."""
         if self._entries is None:
-            found: dict[str, TaskEntry] = {}
-            for root in self.search_paths:
-                if not root.is_dir():
-                    continue
-                for file in sorted(root.rglob("*.yaml")):
-                    if file.name.startswith("_"):
-                        continue
-                    try:
-                        head = yaml.safe_load(file.read_text(encoding="utf-8"))
-                    except (yaml.YAMLError, OSError, UnicodeDecodeError):
-                        head = None
-                    name = head.get("task") if isinstance(head, dict) else None
-                    if not isinstance(name, str):
-                        name = file.stem  # broken file: listed by stem so `validate` can report it
-                    if name not in found:
-                        desc = head.get("description", "") if isinstance(head, dict) else ""
-                        found[name] = TaskEntry(name, file, root, str(desc))
-            self._entries = found
+            self._scan()
         return self._entries
+
+    def groups(self) -> dict[str, TaskEntry]:
+        if self._entries is None:
+            self._scan()
+        return self._groups
+
+    def kind_of(self, name_or_file: str) -> str:
+        """``"task"`` or ``"group"``; an unknown name is an error with suggestions."""
+        p = Path(name_or_file)
+        if p.suffix in (".yaml", ".yml") and p.is_file():
+            return "group" if _is_group_head(_head(p)) else "task"
+        tasks, groups = self.entries(), self.groups()
+        if name_or_file in tasks and name_or_file in groups:
+            raise PrismError(f"{name_or_file!r} is both a task ({tasks[name_or_file].file}) and a group "
+                             f"({groups[name_or_file].file}); rename one of them")
+        if name_or_file in groups:
+            return "group"
+        if name_or_file in tasks:
+            return "task"
+        raise UnknownNameError("task", name_or_file, list(tasks) + list(groups),
+                               hint="a task or group name: see `prism-run ls tasks` / `prism-run ls groups`, or add "
+                                    "a folder with --include-path")
+
+    def is_group(self, name_or_file: str) -> bool:
+        try:
+            return self.kind_of(name_or_file) == "group"
+        except UnknownNameError:
+            return False
 
     def resolve_file(self, name_or_file: str) -> Path:
         p = Path(name_or_file)
@@ -89,23 +307,75 @@ class TaskIndex:
             return p
         entries = self.entries()
         if name_or_file not in entries:
+            if name_or_file in self.groups():
+                raise PrismError(f"{name_or_file!r} is a group ({self.groups()[name_or_file].file}), not a task; "
+                                 "name one task here")
             raise UnknownNameError("task", name_or_file, entries,
                                    hint="see `prism-run ls tasks`, or add a folder with --include-path")
         return entries[name_or_file].file
 
-    def load(self, name_or_file: str, overrides: Iterable[str] = ()) -> TaskConfig:
+    # ------------------------------------------------------------------ tasks
+    def load(self, name_or_file: str, overrides: Iterable[str] = ()) -> TaskConfig | GroupConfig:
+        """A task config, or for a group name/file a :class:`GroupConfig` with every member validated."""
+        if self.kind_of(name_or_file) == "group":
+            return self.load_group(name_or_file, overrides)
+        return self.load_task(name_or_file, overrides)
+
+    def load_task(self, name_or_file: str, overrides: Iterable[str] = (),
+                  inherited: dict[str, tuple[Any, Path, int]] | None = None) -> TaskConfig:
         file = self.resolve_file(name_or_file)
+        if file.name.startswith("_"):
+            raise PrismError(f"{file}: an include-only fragment (its name starts with '_'), not a task; it is "
+                             "checked through the tasks that include it")
+        overrides = list(overrides)
         located = resolve_includes(parse_yaml(file), self.search_paths)
+        forwarded: list[str] = []
+        if located.data.get("kind") == "transfer":
+            forwarded = [o for o in overrides if parse_override(o)[0].split(".")[0] in FORWARDED_TO_MEMBERS]
+            overrides = [o for o in overrides if o not in forwarded]
+        located = _inherit(located, inherited or {})
         located = apply_overrides(located, overrides)
-        task = build_task(located)
+        located = _reset_replaced_source(located)
+        task = self._build(located)
         if task.is_transfer:
-            self._resolve_transfer(task)
+            self._resolve_transfer(task, forwarded)
         return task
 
-    def _resolve_transfer(self, task: TaskConfig) -> None:
+    @staticmethod
+    def _build(located: Located) -> TaskConfig:
+        """build_task, collecting every independent problem (each with file, line and key)."""
+        data = copy.deepcopy(located.data)
+        first: PrismError | None = None
+        problems: list[str] = []
+        removed: list[str] = []
+        task = None
+        for _ in range(MAX_PROBLEMS):
+            try:
+                task = build_task(Located(data, located.file, located.lines, located.files))
+                break
+            except PrismError as exc:
+                key = getattr(exc, "key", None)
+                if first is not None and (key is None or any(_is_parent(key, r) for r in removed)):
+                    break  # a consequence of a key removed to look past an earlier problem
+                first = first or exc
+                problems.append(str(exc))
+                if key is None or not _delete_path(data, key):
+                    break
+                removed.append(key)
+        if first is not None:
+            if len(problems) == 1:
+                raise first
+            raise PrismError("\n".join(problems))
+        return task
+
+    def _resolve_transfer(self, task: TaskConfig, forwarded: Iterable[str] = ()) -> None:
         """Attach the source and target task configs and default the pair names."""
         for role in ("source", "target"):
-            member = self.load(getattr(task, f"{role}_task"))
+            name = getattr(task, f"{role}_task")
+            try:
+                member = self.load_task(name, forwarded)
+            except UnknownNameError as exc:
+                raise PrismError(f"{task.file}: {role}_task: {exc}") from None
             if member.is_transfer:
                 raise PrismError(f"{task.file}: {role}_task {member.name!r} is itself a transfer task; "
                                  "name an in-distribution task")
@@ -118,6 +388,114 @@ class TaskIndex:
         task.pair = task.pair or f"{task.src}->{task.tgt}"
         if task.dataset == task.name:
             task.dataset = task.pair
+
+    # ------------------------------------------------------------------ groups
+    def _group_file(self, name_or_file: str) -> Path:
+        p = Path(name_or_file)
+        if p.suffix in (".yaml", ".yml") and p.is_file():
+            return p
+        return self.groups()[name_or_file].file
+
+    def load_group(self, name_or_file: str, overrides: Iterable[str] = ()) -> GroupConfig:
+        """Expand and validate a group; every problem of the group and its members in one error."""
+        overrides = list(overrides)
+        for o in overrides:
+            parse_override(o)  # a malformed --set is one error, not one per member
+        tasks: list[tuple[TaskConfig, str]] = []
+        problems: list[str] = []
+        info = self._expand(name_or_file, overrides, {}, (), tasks, problems)
+        seen: dict[str, str] = {}
+        for task, where in tasks:
+            if task.name in seen:
+                problems.append(f"{where}: task {task.name!r} appears twice in group {info[0]!r} (first at "
+                                f"{seen[task.name]}); each task runs once per group")
+            seen.setdefault(task.name, where)
+        if problems:
+            raise PrismError("\n".join(dict.fromkeys(problems)))
+        name, file, desc, members = info
+        return GroupConfig(name=name, file=str(file), description=desc, members=members,
+                           tasks=[t for t, _ in tasks])
+
+    def expand(self, name_or_file: str, overrides: Iterable[str] = ()) -> list[TaskConfig]:
+        """The tasks a name stands for: a task -> [it]; a group -> its members, flattened, in order."""
+        if self.kind_of(name_or_file) == "group":
+            return self.load_group(name_or_file, overrides).tasks
+        return [self.load_task(name_or_file, overrides)]
+
+    def expand_args(self, names: Iterable[str], overrides: Iterable[str] = ()) -> list[tuple[str, TaskConfig]]:
+        """``--task`` values -> [(group name or "", task)], all validated before any work starts."""
+        out: list[tuple[str, TaskConfig]] = []
+        problems: list[str] = []
+        for name in names:
+            try:
+                if self.kind_of(name) == "group":
+                    group = self.load_group(name, overrides)
+                    out.extend((group.name, t) for t in group.tasks)
+                else:
+                    out.append(("", self.load_task(name, overrides)))
+            except PrismError as exc:
+                problems.extend(_problem_lines(exc))
+        if problems:
+            raise PrismError("\n".join(dict.fromkeys(problems)))
+        return out
+
+    def _expand(self, name_or_file: str, overrides: list[str], inherited: dict, stack: tuple[str, ...],
+                out: list[tuple[TaskConfig, str]], problems: list[str]) -> tuple[str, Path, str, tuple[str, ...]]:
+        file = self._group_file(name_or_file)
+        try:
+            located = resolve_includes(parse_yaml(file), self.search_paths)
+        except PrismError as exc:
+            problems.extend(_problem_lines(exc))
+            return str(name_or_file), file, "", ()
+        d = located.data
+        name = d.get("group")
+        if not isinstance(name, str) or not name.strip():
+            problems.append(f"{located.where('group')}: group: must be a non-empty name, got {name!r}")
+            name = str(name_or_file)
+        for key in d:
+            if key == "task":
+                problems.append(f"{located.where('task')}: task: a file is either a task (task:) or a group "
+                                "(group: + tasks:), not both")
+            elif key not in GROUP_KEYS:
+                problems.append(f"{located.where(key)}: unknown key {key!r} in a group{suggest(str(key), GROUP_KEYS)} "
+                                f"(allowed: {', '.join(sorted(GROUP_KEYS))})")
+        members = d.get("tasks")
+        if not isinstance(members, list) or not members:
+            problems.append(f"{located.where('tasks')}: tasks: must be a non-empty list of task or group names")
+            members = []
+        own: dict[str, tuple[Any, Path, int]] = {}
+        for key in PROPAGATED_KEYS:
+            if key in d:
+                for path, value in _leaves(d[key], key):
+                    own[path] = (value, located.files.get(path, located.files.get(key, file)),
+                                 located.lines.get(path, located.lines.get(key, 0)))
+        merged = {**inherited, **own}
+        item_lines = _item_lines(file, "tasks") if located.files.get("tasks", file) == file else []
+        here = stack + (name,)
+        for i, member in enumerate(members):
+            line = item_lines[i] if i < len(item_lines) else located.lines.get("tasks", 0)
+            where = f"{file}:{line}" if line else str(file)
+            if not isinstance(member, str) or not member:
+                problems.append(f"{where}: tasks[{i}]: must be a task or group name, got {member!r}")
+                continue
+            try:
+                kind = self.kind_of(member)
+            except PrismError as exc:
+                problems.append(f"{where}: tasks[{i}]: {exc}")
+                continue
+            if kind == "group":
+                sub = self.groups()[member].name if member in self.groups() else member
+                if sub in here:
+                    problems.append(f"{where}: tasks[{i}]: group cycle {' -> '.join(here + (sub,))}")
+                    continue
+                self._expand(member, overrides, merged, here, out, problems)
+                continue
+            try:
+                out.append((self.load_task(member, overrides, merged), where))
+            except PrismError as exc:
+                problems.extend(_problem_lines(exc))
+        desc = str(d.get("description", "") or "")
+        return name, file, desc, tuple(m for m in members if isinstance(m, str))
 
 
 def default_index(host, include_paths: Iterable[Path] = ()) -> TaskIndex:

@@ -16,6 +16,12 @@ import yaml
 from prism_plugin.errors import PrismError
 
 MAX_INCLUDE_DEPTH = 32
+#: A task file is a few dozen values: bound what aliases may expand to, and nesting.
+MAX_NODES = 100_000
+MAX_NESTING = 64
+#: The YAML 1.1 types the safe loader builds (no python/*, no application tags).
+SAFE_TAGS = frozenset("tag:yaml.org,2002:" + t for t in (
+    "str", "int", "float", "bool", "null", "seq", "map", "timestamp", "binary", "set", "omap", "pairs"))
 
 
 @dataclass
@@ -40,7 +46,31 @@ class Located:
         return f"{f}:{line}" if line else str(f)
 
 
-def _construct(node: yaml.Node, path: str, lines: dict[str, int], file: Path) -> Any:
+def _construct(node: yaml.Node, path: str, lines: dict[str, int], file: Path,
+               _state: dict[str, Any] | None = None) -> Any:
+    state = _state if _state is not None else {"nodes": 0, "active": set()}
+    state["nodes"] += 1
+    if state["nodes"] > MAX_NODES:
+        raise PrismError(f"{file}: the YAML expands to more than {MAX_NODES} values (aliases repeated inside "
+                         "aliases?); write the values out, a task file needs a few dozen")
+    if id(node) in state["active"]:
+        raise PrismError(f"{file}:{node.start_mark.line + 1}: an alias refers to its own anchor (a recursive "
+                         "structure); task values must be plain mappings, lists and scalars")
+    if len(state["active"]) >= MAX_NESTING:
+        raise PrismError(f"{file}:{node.start_mark.line + 1}: values nest deeper than {MAX_NESTING} levels")
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        state["active"].add(id(node))
+        try:
+            return _construct_collection(node, path, lines, file, state)
+        finally:
+            state["active"].discard(id(node))
+    if isinstance(node, yaml.ScalarNode):
+        return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
+    raise PrismError(f"{file}: unsupported YAML node")
+
+
+def _construct_collection(node: yaml.Node, path: str, lines: dict[str, int], file: Path,
+                          state: dict[str, Any]) -> Any:
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -51,13 +81,9 @@ def _construct(node: yaml.Node, path: str, lines: dict[str, int], file: Path) ->
             if key in out:
                 raise PrismError(f"{file}:{key_node.start_mark.line + 1}: key {sub!r} appears twice")
             lines[sub] = key_node.start_mark.line + 1
-            out[key] = _construct(value_node, sub, lines, file)
+            out[key] = _construct(value_node, sub, lines, file, state)
         return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_construct(v, f"{path}[{i}]", lines, file) for i, v in enumerate(node.value)]
-    if isinstance(node, yaml.ScalarNode):
-        return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
-    raise PrismError(f"{file}: unsupported YAML node")
+    return [_construct(v, f"{path}[{i}]", lines, file, state) for i, v in enumerate(node.value)]
 
 
 def parse_yaml(file: Path) -> Located:
@@ -90,12 +116,18 @@ def parse_yaml(file: Path) -> Located:
 
 
 def _reject_tags(node: yaml.Node, file: Path) -> None:
+    """Refuse every tag but the plain YAML types (python/*, !custom, application tags)."""
     stack = [node]
+    seen: set[int] = set()
     while stack:
         n = stack.pop()
+        if id(n) in seen:  # aliases share nodes; recursive ones would loop forever
+            continue
+        seen.add(id(n))
         tag = n.tag or ""
-        if tag.startswith("!") or tag.startswith("tag:yaml.org,2002:python"):
-            raise PrismError(f"{file}:{n.start_mark.line + 1}: YAML tag {tag!r} is not allowed in task files")
+        if tag not in SAFE_TAGS:
+            raise PrismError(f"{file}:{n.start_mark.line + 1}: YAML tag {tag!r} is not allowed in task files "
+                             "(only plain mappings, lists, strings, numbers and booleans; nothing is executed)")
         if isinstance(n, yaml.MappingNode):
             for k, v in n.value:
                 stack.extend((k, v))

@@ -23,7 +23,11 @@ MAX_SEED = 2**32 - 1
 TOP_KEYS = {
     "task", "description", "kind", "dataset", "embeddings_key", "n_classes", "class_names", "source",
     "splits", "label_fractions", "seeds", "probe", "ece_bins", "binary_logits", "temperature_bounds",
-    "proportional_val", "tags", "columns", "reference_table",
+    "proportional_val", "tags", "columns", "reference_table", "split",
+    # the adaptation plugin (prism_plugin.adaptation.config)
+    "adaptation", "priors",
+    # one task -> one variant per value of a probe setting (prism_plugin.tasks.sweep)
+    "sweep",
     # transfer tasks
     "source_task", "target_task", "source_labels", "target_labels", "src", "tgt", "pair", "target_split",
 }
@@ -65,6 +69,13 @@ class TaskConfig:
     columns: dict[str, Any] = field(default_factory=dict)
     #: which results_v2 per-run table these runs belong to (for summaries/findings)
     reference_table: str = ""
+    #: how task splits are carved from the source (``split:`` procedure; prism_plugin.data.sources)
+    split: dict[str, Any] | None = None
+    #: adaptation plugin: methods/analyses (None = the plugin's default) and the class-prior stress test
+    adaptation: tuple[str, ...] | None = None
+    priors: dict[str, Any] | None = None
+    #: ``sweep:`` {key, values, probes} (prism_plugin.tasks.sweep); empty once expanded into variants
+    sweep: dict[str, Any] = field(default_factory=dict)
     # -- transfer tasks: train on the source task, evaluate on the target --
     source_task: str = ""
     target_task: str = ""
@@ -100,16 +111,20 @@ class _Checker:
         self.loc = located
 
     def fail(self, key: str, message: str) -> PrismError:
-        return PrismError(f"{self.loc.where(key)}: {key}: {message}")
+        exc = PrismError(f"{self.loc.where(key)}: {key}: {message}")
+        exc.key = key  # which key path the problem is about (`validate` reports every problem)
+        return exc
 
     def unknown(self, mapping: dict, allowed: set[str], prefix: str = "") -> None:
         for key in mapping:
             if key not in allowed:
                 full = f"{prefix}{key}"
-                raise PrismError(
+                exc = PrismError(
                     f"{self.loc.where(full)}: unknown key {full!r}{suggest(str(key), allowed)} "
                     f"(allowed: {', '.join(sorted(allowed))})"
                 )
+                exc.key = full
+                raise exc
 
     def string(self, value: Any, key: str) -> str:
         if not isinstance(value, str) or not value.strip():
@@ -177,8 +192,12 @@ def build_task(located: Located) -> TaskConfig:
 
     source = d["source"]
     if not isinstance(source, dict) or "type" not in source:
-        raise c.fail("source", "must be a mapping with a 'type' (imagefolder, demo, precomputed, ...)")
+        raise c.fail("source", "must be a mapping with a 'type' (imagefolder, hf, records, demo, precomputed, ...)")
     c.string(source["type"], "source.type")
+    from prism_plugin.data.sources import check_source_spec, check_split_spec
+
+    check_source_spec(source, class_names, located)
+    split_spec = check_split_spec(d["split"], c.fail) if "split" in d else None
 
     splits_raw = d["splits"]
     if not isinstance(splits_raw, dict):
@@ -209,6 +228,12 @@ def build_task(located: Located) -> TaskConfig:
         if size is not None and counts is not None and sum(counts) != size:
             raise c.fail(key + ".class_counts", f"sums to {sum(counts)} but size is {size}")
         splits[split] = SplitConfig(name=c.string(spec.get("name", split), key + ".name"), size=size, class_counts=counts)
+    if split_spec is not None:
+        used = {cfg.name for cfg in splits.values()}
+        unused = [p for p in split_spec["parts"] if p not in used]
+        if unused:
+            raise c.fail("split.parts", f"part(s) {unused} are used by no split; name them in splits.<s>.name "
+                         f"(e.g. splits: {{train: {unused[0]}}}) or drop them")
 
     common = _protocol_settings(d, c, n_classes)
     return TaskConfig(
@@ -222,6 +247,7 @@ def build_task(located: Located) -> TaskConfig:
         kind=kind,
         description=str(d.get("description", "")),
         embeddings_key=str(d.get("embeddings_key", "") or dataset),
+        split=split_spec,
         **common,
     )
 
@@ -234,8 +260,8 @@ def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
         if not isinstance(raw, list) or not raw:
             raise c.fail("label_fractions", "must be a non-empty list of numbers in (0, 1]")
         fractions = tuple(c.number(v, "label_fractions", 0.0, 1.0, lo_open=True) for v in raw)
-        if len(set(fractions)) != len(fractions):
-            raise c.fail("label_fractions", "contains duplicates")
+        if len({f"{f:g}" for f in fractions}) != len(fractions):  # run ids / cell files use 6 digits
+            raise c.fail("label_fractions", "contains duplicates (values equal to 6 significant digits)")
     seeds = DEFAULT_SEEDS
     if "seeds" in d:
         raw = d["seeds"]
@@ -280,7 +306,9 @@ def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
         isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool) for k, v in columns.items()
     ):
         raise c.fail("columns", "must map column names to plain values, e.g. {hospital: 0}")
+    from prism_plugin.adaptation.config import check_adaptation, check_priors
     from prism_plugin.tables import REFERENCE_FILES
+    from prism_plugin.tasks.sweep import parse_sweep
 
     table = d.get("reference_table", "")
     if table and table not in REFERENCE_FILES:
@@ -296,6 +324,9 @@ def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
         proportional_val=c.boolean(d.get("proportional_val", False), "proportional_val"),
         tags=c.str_list(d.get("tags", []), "tags") if d.get("tags") else (),
         columns=dict(columns),
+        adaptation=check_adaptation(d["adaptation"], c.fail) if "adaptation" in d else None,
+        priors=check_priors(d["priors"], c.fail) if d.get("priors") is not None else None,
+        sweep=parse_sweep(d, c, lambda variant: _protocol_settings(variant, c, n_classes)["probe"]),
     )
 
 
@@ -307,7 +338,7 @@ def _build_transfer(located: Located, c: _Checker) -> TaskConfig:
     for required in ("task", "source_task", "target_task"):
         if required not in d:
             raise PrismError(f"{located.file}: missing required key {required!r} (kind: transfer)")
-    for key in ("source", "splits", "embeddings_key"):
+    for key in ("source", "splits", "embeddings_key", "split"):
         if key in d:
             raise c.fail(key, "a transfer task takes its data from source_task and target_task")
     name = c.string(d["task"], "task")

@@ -1,0 +1,209 @@
+"""The adaptation plugin: audit heads (``probe_heads``) and per-run audit columns (``run_metrics``).
+
+Active for transfer runs (``run.meta["kind"] == "transfer"``) and for any task that sets
+``adaptation`` or ``priors`` (see :mod:`prism_plugin.adaptation.config`); needs the run's features
+(``run.features``), so it does nothing for callers that do not provide them. Columns (method m in
+the task's list; all macro-F1 on the target evaluation split):
+
+* ``id_f1_macro``, ``id_accuracy`` - the probe on the held-out **source** split (val): the
+  in-domain score used for rank transfer and in-domain selection.
+* ``f1_macro_<m>``, ``gain_<m>`` (= ``f1_macro_<m> - f1_macro``), ``ece_<m>`` (top-label, fixed
+  bins), ``nll_<m>`` - every adaptation method on the whole target as one batch. ``oracle_cb`` uses
+  target labels (upper bound).
+* ``calx_<arm>_<metric>`` - calibration transfer (``calibration``): arms ``raw``, ``src``, ``oracle``,
+  ``k4``, ``k8``, ``k16``, ``k32``, ``cbr``, ``cbr_src``; metrics ``ece_top``, ``ece_adaptive``,
+  ``nll``, ``brier`` (see :mod:`.calibration`).
+* ``sel_<s>`` - label-free selection scores (``selectors``): conf, neg_ent, neg_shift, neg_predKL,
+  marg_ent.
+* ``prior__<prior>__k<K>__f1_<m>`` (m = ``none`` for the unadapted probe) and
+  ``prior__<prior>__k<K>__sel_<s>`` - means over the draws of the class-prior stress test (``priors``).
+* ``dom_decode_acc``, ``dom_decode_within``, ``dom_decode_perm``, ``dom_decode_class`` (source train
+  vs target, ``decodability``) and ``proj_f1_macro``, ``proj_gain``, ``proj_id_delta`` (the probe
+  retrained after removing the source-target mean direction, ``projection``).
+
+When the run carries an ``artifact_dir``, per-example target and source-val predictions are saved
+there (``<task>--f<fraction>-s<seed>.npz``) for the cross-encoder analyses of ``prism-run audit``
+(consensus, agreement-on-the-line, paired bootstrap).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from prism_plugin.adaptation import calibration as cal
+from prism_plugin.adaptation import priors as pri
+from prism_plugin.adaptation import selection as sel
+from prism_plugin.adaptation import stats
+from prism_plugin.adaptation.config import DEFAULT_TRANSFER, METHODS
+from prism_plugin.adaptation.heads import HEADS
+from prism_plugin.adaptation.tta import AdaptationInputs, adapt, source_moments
+from prism_plugin.hookspecs import hookimpl
+from prism_plugin.adaptation.stats import macro_f1 as f1_macro
+from prism_plugin.metrics.core import nll
+from prism_plugin.results import atomic_write_bytes
+
+NAN = float("nan")
+DECODABILITY_DRAWS = 3
+
+
+@hookimpl
+def probe_heads(register) -> None:
+    for kind, factory in HEADS.items():
+        register(kind, factory)
+
+
+def selected_analyses(meta: Mapping[str, Any]) -> tuple[str, ...]:
+    """What this run computes: the task's ``adaptation`` list, else the transfer default."""
+    chosen = meta.get("adaptation")
+    if chosen is not None:
+        return tuple(chosen)
+    if meta.get("kind") == "transfer" or meta.get("priors"):
+        return DEFAULT_TRANSFER
+    return ()
+
+
+def artifact_name(task: str, fraction: float, seed: int) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in task)
+    return f"{safe}--f{fraction:g}-s{seed}.npz"
+
+
+@hookimpl
+def run_metrics(run) -> Mapping[str, Any] | None:
+    chosen = selected_analyses(run.meta)
+    feats = run.features
+    if not chosen or feats is None:
+        return None
+    return AuditRun(run, chosen).columns()
+
+
+class AuditRun:
+    """The adaptation plugin's work on one run."""
+
+    def __init__(self, run, chosen: tuple[str, ...]):
+        self.run, self.chosen = run, chosen
+        feats = run.features
+        self.X = np.asarray(feats.test_X, dtype=np.float32)
+        self.y = np.asarray(run.y_test, dtype=np.int64)
+        self.k = run.n_classes
+        train_X = feats.train_X
+        self.source = source_moments(train_X)
+        train_y = np.asarray(feats.train_y, dtype=np.int64)
+        self.source_prior = np.bincount(train_y, minlength=self.k) / len(train_y)
+        val = run.calibration.get("val")
+        self.val_pred = None if val is None else np.asarray(val.logits).argmax(axis=1)
+        self.val_y = None if val is None else np.asarray(val.labels, dtype=np.int64)
+        self.inputs = AdaptationInputs(head=feats.head, source=self.source, n_classes=self.k,
+                                       val_pred=self.val_pred, val_y=self.val_y, seed=run.seed)
+        self.base_proba = np.asarray(run.proba_test, dtype=np.float64)
+        self.f1_base = f1_macro(self.y, self.base_proba.argmax(axis=1))
+        self.cache: dict = {}
+
+    def columns(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out["id_f1_macro"] = NAN if self.val_y is None else f1_macro(self.val_y, self.val_pred)
+        out["id_accuracy"] = NAN if self.val_y is None else float(np.mean(self.val_pred == self.val_y))
+        methods = [m for m in METHODS if m in self.chosen]
+        for m in methods:
+            a = adapt(m, self.X, self.inputs, base_proba=self.base_proba, y_true=self.y, cache=self.cache)
+            if a.proba is None:
+                out.update({f"f1_macro_{m}": NAN, f"gain_{m}": NAN, f"ece_{m}": NAN, f"nll_{m}": NAN})
+                continue
+            f = f1_macro(self.y, a.pred)
+            out[f"f1_macro_{m}"] = f
+            out[f"gain_{m}"] = f - self.f1_base
+            out[f"ece_{m}"] = cal.top_label_ece(self.y, a.proba, self.run.ece_bins, "fixed")
+            out[f"nll_{m}"] = nll(self.y, a.proba)
+        if "calibration" in self.chosen:
+            out.update(self.calibration_columns())
+        if "selectors" in self.chosen:
+            scores = sel.per_run_scores(self.base_proba, self.X, self.source.mean, self.source.std, self.source_prior)
+            out.update({f"sel_{k}": v for k, v in scores.items()})
+        if self.run.meta.get("priors"):
+            out.update(self.prior_columns(methods))
+        if "decodability" in self.chosen:
+            out.update(self.decodability_columns())
+        if "projection" in self.chosen:
+            out.update(self.projection_columns())
+        if self.run.artifact_dir is not None:
+            self.write_artifact(Path(self.run.artifact_dir))
+        return out
+
+    # -- calibration transfer ---------------------------------------------------------------
+    def _cbr_logits(self) -> np.ndarray:
+        from prism_plugin.protocol.grid import to_logits
+
+        if ("cbr", "cbr") not in self.cache:
+            adapt("cbr", self.X, self.inputs, base_proba=self.base_proba, cache=self.cache)
+        decision = self.cache[("cbr", "cbr")][0]
+        return to_logits(np.asarray(decision), self.run.binary_logits)
+
+    def calibration_columns(self) -> dict[str, Any]:
+        run = self.run
+        arms, _temps = cal.calibration_transfer(
+            run.logits_test, self.y, source_temperature=run.temperature("val"),
+            neutral_temperature=run.neutral_temperature, cbr_logits=self._cbr_logits(), seed=run.seed,
+            bounds=tuple(run.t_bounds), n_bins=run.ece_bins,
+        )
+        return {f"calx_{arm}_{m}": v for arm, row in arms.items() for m, v in row.items()}
+
+    # -- class-prior stress -----------------------------------------------------------------
+    def prior_columns(self, methods: list[str]) -> dict[str, Any]:
+        run = self.run
+        cfg = run.meta["priors"]
+        vectors = pri.resolve_priors(cfg, self.k, run.class_names, self.y)
+        want_sel = "selectors" in self.chosen
+        sums: dict[str, list[float]] = {}
+        for batch in pri.batches(self.y, vectors, cfg["batch_sizes"], cfg["draws"], seed=cfg.get("seed", 0) + run.seed):
+            idx = batch.indices
+            Xb, yb, pb = self.X[idx], self.y[idx], self.base_proba[idx]
+            vals = {"f1_none": f1_macro(yb, pb.argmax(axis=1))}
+            cache: dict = {}
+            for m in methods:
+                a = adapt(m, Xb, self.inputs, base_proba=pb, y_true=yb, cache=cache)
+                vals[f"f1_{m}"] = NAN if a.proba is None else f1_macro(yb, a.pred)
+            if want_sel:
+                scores = sel.per_run_scores(pb, Xb, self.source.mean, self.source.std, self.source_prior)
+                vals.update({f"sel_{k}": v for k, v in scores.items()})
+            for name, v in vals.items():
+                sums.setdefault(pri.column(batch.prior, batch.k, name), []).append(v)
+        return {col: float(np.mean(v)) for col, v in sums.items()}
+
+    # -- diagnostics ------------------------------------------------------------------------
+    def decodability_columns(self) -> dict[str, Any]:
+        feats = self.run.features
+        res = stats.domain_decodability([(feats.train_X, feats.train_y), (self.X, self.y)],
+                                        draws=DECODABILITY_DRAWS, seed=self.run.seed)
+        return {"dom_decode_acc": res["domain_acc"], "dom_decode_within": res["within_class_acc"],
+                "dom_decode_perm": res["permutation_acc"], "dom_decode_class": res["class_acc"]}
+
+    def projection_columns(self) -> dict[str, Any]:
+        feats = self.run.features
+        evals = {"tgt": (self.X, self.y)}
+        if feats.val_X is not None:
+            evals["id"] = (feats.val_X, feats.val_y)
+        res = stats.subspace_projection((feats.train_X, feats.train_y), evals, feats.make_head, k=1)
+        return {"proj_f1_macro": res["f1_tgt_after"], "proj_gain": res["delta_tgt"],
+                "proj_id_delta": res.get("delta_id", NAN)}
+
+    # -- artifacts --------------------------------------------------------------------------
+    def write_artifact(self, folder: Path) -> None:
+        run = self.run
+        arrays = {
+            "y_test": self.y.astype(np.int32),
+            "pred_test": self.base_proba.argmax(axis=1).astype(np.int32),
+            "proba_test": self.base_proba.astype(np.float32),
+            "model": np.array(run.model),
+            "task": np.array(run.task),
+            "seed": np.array(run.seed),
+            "fraction": np.array(run.fraction),
+        }
+        if self.val_y is not None:
+            arrays["y_val"] = self.val_y.astype(np.int32)
+            arrays["pred_val"] = self.val_pred.astype(np.int32)
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        atomic_write_bytes(folder / artifact_name(run.task, run.fraction, run.seed), buf.getvalue())

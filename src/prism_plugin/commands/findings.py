@@ -1,0 +1,145 @@
+"""``prism-run findings``: the PROTOCOL §6 derived tables, headline numbers and report.
+
+::
+
+    prism-run findings RESULTS_DIR... [--output OUT]      # your results (several dirs combine)
+    prism-run findings --reference DIR [--output OUT]     # the published results_v2 tables
+
+Every ``summarize`` plugin runs on the per-run tables; each table is written as
+``OUT/<stem>.csv`` under the file name and columns the published results_v2
+directory uses (so ``OUT`` can be diffed against it file by file), plus
+``OUT/findings.json`` (headline numbers, and notes saying which statistics are
+not defined and why) and, unless ``--no-report``, ``OUT/report.html`` /
+``OUT/report.md`` over all the runs given.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from prism_plugin.errors import PrismError
+
+DEFAULT_OUTPUT = Path("prism_findings")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "findings",
+        help="derived tables of PROTOCOL §6 (+ findings.json and the report) from results or the reference",
+        description="Compute every summary table (PROTOCOL §6: rank correlations, mechanism, temperature counts, "
+                    "collapse audit, label budget, breaking points, seed variability, CRI) from prism-run results "
+                    "directories (several combine, e.g. one per model) or from a directory with the published "
+                    "results_v2 layout, and write them as CSV with the published file names, findings.json and "
+                    "report.html.",
+    )
+    p.add_argument("results_dirs", nargs="*", type=Path, metavar="RESULTS_DIR",
+                   help="prism-run results directories (each holding runs.csv, or a folder of them)")
+    p.add_argument("--reference", type=Path, default=None, metavar="DIR",
+                   help="a directory with the published results_v2 layout (indomain_all_v2.csv, ood_all_v2.csv, ...)")
+    p.add_argument("--output", type=Path, default=None, metavar="OUT",
+                   help=f"output folder (default: ./{DEFAULT_OUTPUT})")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="summary option (YAML value), e.g. --option default_ood_stability=0.8 "
+                        "--option 'ood_stability={MyModel: 0.7}' --option fewshot_tolerance=0.01")
+    p.add_argument("--only", action="append", default=None, metavar="PLUGIN",
+                   help="run only these summary plugins (repeatable; see `prism-run ls plugins`)")
+    p.add_argument("--no-report", action="store_true", help="do not write report.html / report.md")
+    return p
+
+
+def parse_options(items: list[str]) -> dict[str, Any]:
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items or ():
+        if "=" not in item:
+            raise PrismError(f"--option {item!r}: expected KEY=VALUE (e.g. default_ood_stability=0.8)")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise PrismError(f"--option {item!r}: the key is empty")
+        try:
+            out[key] = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            first = str(exc).splitlines()[0]
+            raise PrismError(f"--option {key}: value {raw!r} is not valid YAML ({first})") from None
+    return out
+
+
+def load_tables(results_dirs: list[Path], reference: Path | None):
+    """RunTables of the results directories, the reference directory, or both
+    (rows of the same table concatenated; a model in both is an error)."""
+    import pandas as pd
+
+    from prism_plugin.tables import RunTables, tables_from_results
+
+    if not results_dirs and reference is None:
+        raise PrismError("findings: give RESULTS_DIR... (prism-run results) or --reference DIR (published tables)")
+    parts = []
+    if reference is not None:
+        parts.append(RunTables.from_reference_dir(reference))
+    if results_dirs:
+        for d in results_dirs:
+            if not d.exists():
+                raise PrismError(f"{d}: no such results directory")
+        parts.append(tables_from_results(results_dirs))
+    if len(parts) == 1:
+        return parts[0]
+    ref, own = parts
+    merged = {}
+    for name in set(ref.present()) | set(own.present()):
+        a, b = getattr(ref, name), getattr(own, name)
+        if a is not None and b is not None:
+            clash = sorted(set(a["model"]) & set(b["model"]))
+            if clash:
+                raise PrismError(f"model name(s) {', '.join(map(str, clash))} appear in both --reference and the "
+                                 "results directories; rename your model (adapter display name) to compare")
+            merged[name] = pd.concat([a, b], ignore_index=True)
+        else:
+            merged[name] = a if a is not None else b
+    return RunTables(**merged)
+
+
+def run(args) -> int:
+    from prism_plugin.plugins import get_host
+    from prism_plugin.summaries.engine import run_summaries, write_summaries
+
+    if args.reference is not None and not args.reference.is_dir():
+        raise PrismError(f"--reference {args.reference}: not a directory; pass a folder with the results_v2 layout "
+                         "(indomain_all_v2.csv, ood_all_v2.csv, ...)")
+    out_dir = args.output or DEFAULT_OUTPUT
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PrismError(f"--output {out_dir}: exists and is not a directory")
+    options = parse_options(args.option)
+    host = get_host(args.disable)
+    tables = load_tables(list(args.results_dirs), args.reference)
+    if "binary_logits" not in options and args.results_dirs:
+        from prism_plugin.report.build import _binary_convention, _source_dirs
+
+        options["binary_logits"], _ = _binary_convention(_source_dirs(args.results_dirs))
+    summaries = run_summaries(tables, options, host, only=args.only)
+    written = write_summaries(out_dir, summaries)
+    n_tables = len(summaries.tables)
+    print(f"findings: {n_tables} table(s) and findings.json ({len(summaries.headline)} headline value(s)) "
+          f"written to {out_dir}")
+    for stem in summaries.tables:
+        print(f"  {stem}.csv  ({len(summaries.tables[stem])} rows)")
+    if summaries.notes:
+        from prism_plugin.report.build import compact_notes
+
+        notes = compact_notes(summaries.notes)
+        print(f"{len(notes)} note(s) (what is not defined here and why; every note is in findings.json):")
+        for note in notes:
+            print(f"  - {note}")
+    if not args.no_report:
+        from prism_plugin.report.build import write_report
+
+        reference_only = args.reference is not None and not args.results_dirs
+        title = "PRISM findings: published reference results" if reference_only else ""
+        target = write_report(out_dir, host, sources=list(args.results_dirs), run_tables=tables,
+                              summaries=summaries, tables_dir=out_dir, options=options, title=title,
+                              reference=args.reference is not None)
+        print(f"report: {target}")
+    return 0 if written else 1

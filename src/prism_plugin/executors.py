@@ -1,0 +1,171 @@
+"""Where the run grid executes: in-process (default), a local process pool, or a Ray cluster.
+
+The unit of work is one label fraction of one task for one adapter (all its
+unfinished seeds), so the single fit shared by the seeds at fraction 1.0 stays
+one fit. Workers receive *references* to the embeddings (the path of a
+memory-mapped ``.npy`` in the cache or the user's embedding folder) rather than
+copies, re-create the plugin host with the same disabled plugins, and return
+finished rows; the driver persists each row as it arrives, so resuming works
+the same for every executor and the assembled ``runs.csv`` is byte-identical.
+
+On several machines (Ray) the cache and the embedding folders must be on a
+file system every worker can read.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import numpy as np
+
+from prism_plugin.errors import PrismError
+from prism_plugin.protocol.grid import GridSpec, RunKey, grid_keys, run_grid
+from prism_plugin.protocol.inputs import SplitArrays
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass
+class SplitRef:
+    """A picklable handle on one split: labels by value, features by path when memory-mapped."""
+
+    y: np.ndarray
+    name: str
+    path: str | None = None
+    X: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, split: SplitArrays) -> "SplitRef":
+        X = split.X
+        path = getattr(X, "filename", None)
+        if isinstance(X, np.memmap) and path and os.path.exists(path):
+            whole = np.load(path, mmap_mode="r", allow_pickle=False)
+            if whole.shape == X.shape and whole.dtype == X.dtype and whole.offset == X.offset:
+                return cls(y=np.asarray(split.y), name=split.name, path=str(path))
+        return cls(y=np.asarray(split.y), name=split.name, X=np.asarray(X))
+
+    def materialize(self) -> SplitArrays:
+        X = np.load(self.path, mmap_mode="r", allow_pickle=False) if self.path else self.X
+        return SplitArrays(X=X, y=self.y, name=self.name)
+
+
+@dataclass
+class GridJob:
+    """Everything a worker needs to run part of one task's grid."""
+
+    train: SplitRef
+    val: SplitRef | None
+    test: SplitRef
+    n_classes: int
+    spec: GridSpec
+    ident: Mapping[str, Any]
+    disabled: tuple[str, ...] = ()
+
+
+def run_unit(job: GridJob, fraction: float, seeds: tuple[int, ...]) -> list[tuple[RunKey, dict]]:
+    """Run the given seeds of one fraction (in a worker or in-process)."""
+    from prism_plugin.plugins import get_host
+
+    host = get_host(job.disabled)
+    spec = replace(job.spec, fractions=(fraction,), seeds=seeds)
+    rows = run_grid(job.train.materialize(), job.val.materialize() if job.val else None,
+                    job.test.materialize(), job.n_classes, spec, host, job.ident)
+    return list(rows.items())
+
+
+def plan_units(spec: GridSpec, done: Callable[[RunKey], bool]) -> list[tuple[float, tuple[int, ...]]]:
+    """Fractions with at least one unfinished seed, and those seeds (grid order)."""
+    todo: dict[float, list[int]] = {}
+    for key in grid_keys(spec):
+        if not done(key):
+            todo.setdefault(key.fraction, []).append(key.seed)
+    return [(f, tuple(s)) for f, s in todo.items()]
+
+
+class Executor:
+    """Runs grid units; ``jobs == 1`` runs in-process with no pickling."""
+
+    name = "local"
+
+    def __init__(self, jobs: int = 1):
+        if jobs < 1:
+            raise PrismError(f"--jobs {jobs}: must be at least 1")
+        self.jobs = jobs
+
+    def run(self, job: GridJob, units: Iterable[tuple[float, tuple[int, ...]]]) -> Iterator[tuple[RunKey, dict]]:
+        units = list(units)
+        if self.jobs == 1 or len(units) <= 1:
+            for fraction, seeds in units:
+                yield from run_unit(job, fraction, seeds)
+            return
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(max_workers=min(self.jobs, len(units)), mp_context=mp.get_context("spawn")) as pool:
+            pending = {pool.submit(run_unit, job, f, s) for f, s in units}
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    yield from fut.result()
+
+    def describe(self) -> dict[str, Any]:
+        return {"executor": self.name, "jobs": self.jobs}
+
+
+class RayExecutor(Executor):
+    """Units as Ray tasks (``--executor ray [--address HOST:PORT]``); a local instance when no address."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, jobs: int | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise PrismError("--executor ray needs Ray: pip install 'prism-plugin[ray]'") from None
+        self.ray = ray
+        self.address = address
+        if not ray.is_initialized():
+            import logging
+
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                      "ignore_reinit_error": True, "logging_level": logging.WARNING}
+            if address:
+                kwargs["address"] = address
+            elif jobs:
+                kwargs["num_cpus"] = jobs
+            try:
+                ray.init(**kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise PrismError(f"--executor ray: cannot connect to {address or 'a local Ray instance'}: {exc}") from None
+        self.jobs = int(ray.cluster_resources().get("CPU", 1))
+        self._remote = ray.remote(num_cpus=1)(run_unit)
+
+    def run(self, job: GridJob, units: Iterable[tuple[float, tuple[int, ...]]]) -> Iterator[tuple[RunKey, dict]]:
+        ray = self.ray
+        job_ref = ray.put(job)
+        pending = [self._remote.remote(job_ref, f, s) for f, s in units]
+        while pending:
+            finished, pending = ray.wait(pending, num_returns=1)
+            for ref in finished:
+                try:
+                    yield from ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:
+                    cause = exc.cause if isinstance(getattr(exc, "cause", None), Exception) else exc
+                    if isinstance(cause, PrismError):
+                        raise cause from None
+                    raise
+
+    def describe(self) -> dict[str, Any]:
+        return {"executor": self.name, "address": self.address or "local", "cpus": self.jobs}
+
+
+def make_executor(kind: str = "local", jobs: int = 1, address: str | None = None) -> Executor:
+    if kind == "local":
+        if address:
+            raise PrismError("--address only applies to --executor ray")
+        return Executor(jobs)
+    if kind == "ray":
+        return RayExecutor(address, jobs if jobs > 1 else None)
+    raise PrismError(f"--executor {kind!r}: choose one of {', '.join(EXECUTORS)}")

@@ -1,0 +1,343 @@
+"""Probe sensitivity: do model rankings survive a change of probe? (PROTOCOL §6.17)
+
+Two comparisons, both on **cells** = seed means per (model, dataset or pair,
+fraction, probe setting):
+
+* **Regularisation sweep** — ``c_ablation``: per (model, dataset, fraction, C)
+  the seed-mean ``auroc`` and seed-mean **raw** fixed-bin ``ece_fixed`` of the
+  logistic probe. ``c_ranking``: per (dataset, fraction) and every C ≠ 1, the
+  Kendall τ-b (SciPy ``kendalltau``) between the models' values at C and at
+  C = 1, for AUROC and for raw ECE, with an *inversion* flag when τ < 0
+  (the paper: AUROC mean τ 0.823 with 0 of 36 inversions, ECE 0.024 with 16 of
+  36). Transfer runs give ``ood_c_ablation`` / ``ood_c_ranking`` per pair.
+* **Linear vs MLP probe** — ``mlp_ranking``: per (dataset, fraction) the same
+  two τ between the logistic probe at C = 1 and the MLP probe (kind ``mlp``)
+  (the paper: 0.85 for AUROC against 0.29 for ECE); ``ood_mlp_ranking`` for
+  transfer pairs.
+
+A τ needs at least 2 models with finite values at both settings; otherwise
+the row says ``not defined: needs ≥ 2 models`` (with the count) instead of a
+number. A constant column (e.g. two models with the same AUROC) leaves τ-b
+undefined too and says so.
+
+Where the C of a run comes from: the ``probe_C`` column that sweep variants
+write (``sweep: {probe.C: [...]}``, :mod:`prism_plugin.tasks.sweep`), else
+the probe of the run's results directory (``summary.json``, read by
+:func:`load_runs`). Runs whose C is unknown are left out. The same run found
+twice (e.g. a plain run and the C = 1 variant of a sweep) counts once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from prism_plugin.hookspecs import hookimpl
+from prism_plugin.tables import RunTables, SummaryOutput
+
+BASELINE_C = 1.0
+#: The paper's grid of regularisation constants (PROTOCOL §6.17).
+PAPER_C_VALUES = (0.01, 0.1, 1.0, 10.0, 100.0)
+METRICS = ("auroc", "ece_fixed")
+NEEDS = "not defined: needs ≥ 2 models"
+C_ATOL = 1e-12
+
+ABLATION_COLUMNS = ["model", "dataset", "fraction", "C", "auroc", "ece_fixed", "n_seeds"]
+RANKING_COLUMNS = ["dataset", "fraction", "C", "n_models", "kendall_auroc", "kendall_ece",
+                   "auroc_inverted", "ece_inverted", "note"]
+MLP_RANKING_COLUMNS = ["dataset", "fraction", "mlp_settings", "n_models", "kendall_auroc", "kendall_ece",
+                       "auroc_inverted", "ece_inverted", "note"]
+
+
+# --------------------------------------------------------------------------- loading
+#: logistic settings other heads ignore (they reach them through the protocol include)
+_LOGISTIC_ONLY = {"C", "max_iter", "tol", "backend"}
+
+
+def _probe_signature(probe: Mapping[str, Any]) -> str:
+    kind = probe.get("kind", "logistic")
+    return ",".join(f"{k}={v}" for k, v in sorted(probe.items())
+                    if k != "kind" and (kind == "logistic" or k not in _LOGISTIC_ONLY))
+
+
+def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
+    """Every ``runs.csv`` under ``paths`` (searched recursively), concatenated.
+
+    Each row gets ``results_dir``; rows lacking ``probe_C`` take the C of their
+    directory's ``summary.json`` probe (logistic probes), and ``probe_settings``
+    records that probe's settings (``hidden=256,...``) so different MLP
+    configurations stay apart. Returns an empty frame when nothing is found.
+    """
+    files: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_file() and p.name == "runs.csv":
+            files.append(p)
+        elif (p / "runs.csv").exists():
+            files.append(p / "runs.csv")
+        elif p.is_dir():
+            files.extend(sorted(p.rglob("runs.csv")))
+    frames = []
+    for f in dict.fromkeys(files):
+        try:
+            df = pd.read_csv(f)
+        except Exception:  # an unreadable table is skipped; the summary notes what it used
+            continue
+        df["results_dir"] = str(f.parent)
+        probe: Mapping[str, Any] = {}
+        summary = f.parent / "summary.json"
+        if summary.exists():
+            try:
+                probe = json.loads(summary.read_text()).get("resolved_task", {}).get("probe") or {}
+            except (OSError, ValueError, AttributeError):
+                probe = {}
+        if "probe_C" not in df.columns:
+            df["probe_C"] = np.nan
+        if probe.get("kind", "logistic") == "logistic" and "C" in probe:
+            df["probe_C"] = df["probe_C"].fillna(float(probe["C"]))
+        if "probe_settings" not in df.columns:
+            df["probe_settings"] = _probe_signature(probe) if probe else ""
+        frames.append(df)
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True)
+
+
+def _prepare(runs: pd.DataFrame) -> pd.DataFrame:
+    df = runs.copy()
+    if "probe" not in df.columns:
+        df["probe"] = "logistic"
+    df["probe"] = df["probe"].fillna("logistic").astype(str)
+    if "probe_C" not in df.columns:
+        df["probe_C"] = np.nan
+    if "sweep_key" in df.columns and "sweep_value" in df.columns:  # older rows: C only in the sweep columns
+        is_c = (df["sweep_key"] == "probe.C") & df["probe_C"].isna()
+        df.loc[is_c, "probe_C"] = pd.to_numeric(df.loc[is_c, "sweep_value"], errors="coerce")
+    df["probe_C"] = pd.to_numeric(df["probe_C"], errors="coerce")
+    if "probe_settings" not in df.columns:
+        df["probe_settings"] = ""
+    df["probe_settings"] = df["probe_settings"].fillna("").astype(str)
+    return df
+
+
+def split_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """In-distribution rows (keyed by ``dataset``) and transfer rows (keyed by ``pair``)."""
+    df = _prepare(runs)
+    if "reference_table" in df.columns:
+        table = df["reference_table"].fillna("indomain").astype(str)
+    else:
+        table = pd.Series("indomain", index=df.index)
+    is_transfer = table.str.contains("transfer")
+    out = {}
+    ind = df.loc[~is_transfer]
+    if len(ind) and "dataset" in ind.columns:
+        out["indomain"] = ind
+    tr = df.loc[is_transfer]
+    if len(tr):
+        tr = tr.copy()
+        if "pair" not in tr.columns:
+            tr["pair"] = tr["src"].astype(str) + "->" + tr["tgt"].astype(str)
+        out["transfer"] = tr
+    return out
+
+
+# --------------------------------------------------------------------------- τ
+def kendall(x: Iterable[float], y: Iterable[float]) -> tuple[float, str]:
+    """Kendall τ-b between two aligned value vectors, and why it is undefined ('' when defined)."""
+    x = np.asarray(list(x), dtype=float)
+    y = np.asarray(list(y), dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    n = len(x)
+    if n < 2:
+        return float("nan"), f"{NEEDS} ({n} with values at both settings)"
+    if np.all(x == x[0]) or np.all(y == y[0]):
+        return float("nan"), f"not defined: the {n} models have equal values at one setting"
+    return float(stats.kendalltau(x, y).statistic), ""
+
+
+def count_inversions(taus: Iterable[float]) -> int:
+    """How many defined τ are negative (the ordering flipped more than it held)."""
+    return int(sum(1 for t in taus if np.isfinite(t) and t < 0))
+
+
+def _dedupe(df: pd.DataFrame, key: list[str], notes: list[str], what: str) -> pd.DataFrame:
+    dup = df.duplicated(subset=key, keep="first")
+    if dup.any():
+        notes.append(f"{what}: {int(dup.sum())} run(s) appear twice (e.g. a plain run and a sweep variant "
+                     "with the same probe); each counts once")
+    return df.loc[~dup]
+
+
+# --------------------------------------------------------------------------- tables
+def c_ablation(rows: pd.DataFrame, setting: str = "dataset", notes: list[str] | None = None) -> pd.DataFrame:
+    """Seed-mean AUROC and raw fixed ECE per (model, setting, fraction, C) of the logistic probe."""
+    notes = notes if notes is not None else []
+    df = _prepare(rows)
+    df = df.loc[(df["probe"] == "logistic") & df["probe_C"].notna()]
+    cols = ["model", setting, "fraction", "C", "auroc", "ece_fixed", "n_seeds"]
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    df = _dedupe(df, ["model", setting, "fraction", "seed", "probe_C"], notes, "c_ablation")
+    g = df.groupby(["model", setting, "fraction", "probe_C"], sort=False)
+    out = g.agg(auroc=("auroc", "mean"), ece_fixed=("ece_fixed", "mean"), n_seeds=("seed", "nunique")).reset_index()
+    out = out.rename(columns={"probe_C": "C"})
+    order = {m: i for i, m in enumerate(dict.fromkeys(df["model"]))}
+    out = out.sort_values(["C", setting, "fraction"], kind="stable")
+    out = out.assign(_m=out["model"].map(order)).sort_values(["C", setting, "fraction", "_m"], kind="stable")
+    return out.drop(columns="_m")[cols].reset_index(drop=True)
+
+
+def _compare(left: pd.DataFrame, right: pd.DataFrame) -> dict[str, Any]:
+    """τ for AUROC and ECE between two per-model value frames (index model)."""
+    common = [m for m in left.index if m in right.index]
+    res: dict[str, Any] = {}
+    notes = []
+    n_models = 0
+    for metric, short in (("auroc", "auroc"), ("ece_fixed", "ece")):
+        a = left.loc[common, metric].to_numpy(dtype=float) if common else np.array([])
+        b = right.loc[common, metric].to_numpy(dtype=float) if common else np.array([])
+        tau, why = kendall(a, b)
+        res[f"kendall_{short}"] = tau
+        res[f"{short}_inverted"] = bool(np.isfinite(tau) and tau < 0) if np.isfinite(tau) else None
+        n_models = max(n_models, int(np.sum(np.isfinite(a) & np.isfinite(b))))
+        if why:
+            notes.append(f"{short.upper()} {why}")
+    res["n_models"] = n_models
+    merged = sorted(set(notes), key=notes.index)
+    if len(merged) == 2 and merged[0].split(" ", 1)[1] == merged[1].split(" ", 1)[1]:
+        merged = [merged[0].split(" ", 1)[1]]
+    res["note"] = "; ".join(merged)
+    return res
+
+
+def c_ranking(ablation: pd.DataFrame, setting: str = "dataset", baseline: float = BASELINE_C) -> pd.DataFrame:
+    """Kendall τ of the model ordering at each C against C = ``baseline``, per (setting, fraction)."""
+    cols = [setting if c == "dataset" else c for c in RANKING_COLUMNS]
+    rows = []
+    if ablation.empty:
+        return pd.DataFrame(columns=cols)
+    for (s, f), g in ablation.groupby([setting, "fraction"], sort=False):
+        at = {c: gc.set_index("model") for c, gc in g.groupby("C", sort=True)}
+        base_key = next((c for c in at if abs(c - baseline) <= C_ATOL * max(1.0, abs(baseline))), None)
+        for c in sorted(at):
+            if base_key is not None and c == base_key:
+                continue
+            if base_key is None:
+                rows.append({setting: s, "fraction": f, "C": c, "n_models": 0, "kendall_auroc": np.nan,
+                             "kendall_ece": np.nan, "auroc_inverted": None, "ece_inverted": None,
+                             "note": f"not defined: no runs at C = {baseline:g} to compare with"})
+                continue
+            rows.append({setting: s, "fraction": f, "C": c, **_compare(at[c], at[base_key])})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def mlp_cells(rows: pd.DataFrame, setting: str = "dataset", baseline: float = BASELINE_C,
+              notes: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Seed-mean cells of the linear probe at C = ``baseline`` and of every MLP configuration."""
+    notes = notes if notes is not None else []
+    df = _prepare(rows)
+    lin = df.loc[(df["probe"] == "logistic") & np.isclose(df["probe_C"].astype(float), baseline, rtol=0, atol=C_ATOL)]
+    mlp = df.loc[df["probe"] == "mlp"]
+    lin = _dedupe(lin, ["model", setting, "fraction", "seed"], notes, "linear probe at C = 1")
+    mlp = _dedupe(mlp, ["model", setting, "fraction", "seed", "probe_settings"], notes, "MLP probe")
+    agg = dict(auroc=("auroc", "mean"), ece_fixed=("ece_fixed", "mean"), n_seeds=("seed", "nunique"))
+    lin_c = lin.groupby(["model", setting, "fraction"], sort=False).agg(**agg).reset_index() if len(lin) else None
+    mlp_c = (mlp.groupby(["model", setting, "fraction", "probe_settings"], sort=False).agg(**agg).reset_index()
+             if len(mlp) else None)
+    return lin_c, mlp_c
+
+
+def mlp_ranking(rows: pd.DataFrame, setting: str = "dataset", baseline: float = BASELINE_C,
+                notes: list[str] | None = None) -> pd.DataFrame:
+    """Kendall τ between the model orderings under the linear probe (C = 1) and the MLP probe."""
+    cols = [setting if c == "dataset" else c for c in MLP_RANKING_COLUMNS]
+    lin, mlp = mlp_cells(rows, setting, baseline, notes)
+    if mlp is None:
+        return pd.DataFrame(columns=cols)
+    out = []
+    for (s, f, sig), g in mlp.groupby([setting, "fraction", "probe_settings"], sort=False):
+        if lin is None:
+            base = pd.DataFrame(columns=["auroc", "ece_fixed"])
+        else:
+            base = lin.loc[(lin[setting] == s) & np.isclose(lin["fraction"].astype(float), float(f))].set_index("model")
+        row = {setting: s, "fraction": f, "mlp_settings": sig, **_compare(g.set_index("model"), base)}
+        if base.empty:
+            row["note"] = f"not defined: no linear-probe runs at C = {baseline:g} for this cell"
+        out.append(row)
+    return pd.DataFrame(out, columns=cols)
+
+
+def headline(ranking: pd.DataFrame, prefix: str) -> dict[str, Any]:
+    """Mean τ and inversion counts over the defined comparisons of a ranking table."""
+    out: dict[str, Any] = {}
+    if ranking.empty:
+        return out
+    for short in ("auroc", "ece"):
+        taus = ranking[f"kendall_{short}"].astype(float)
+        defined = taus[np.isfinite(taus)]
+        out[f"{prefix}_{short}_comparisons"] = int(len(defined))
+        out[f"{prefix}_{short}_tau_mean"] = float(defined.mean()) if len(defined) else float("nan")
+        out[f"{prefix}_{short}_inversions"] = count_inversions(defined)
+    return out
+
+
+def sensitivity_tables(runs: pd.DataFrame, baseline: float = BASELINE_C) -> SummaryOutput:
+    """Every probe-sensitivity table that the runs support (see the module docstring)."""
+    out = SummaryOutput()
+    if runs is None or runs.empty:
+        return out
+    parts = split_tables(runs)
+    for kind, setting, prefix in (("indomain", "dataset", ""), ("transfer", "pair", "ood_")):
+        rows = parts.get(kind)
+        if rows is None:
+            continue
+        notes: list[str] = []
+        abl = c_ablation(rows, setting, notes)
+        n_c = abl["C"].nunique() if len(abl) else 0
+        if n_c >= 2:
+            out.tables[f"{prefix}c_ablation"] = abl
+            rank = c_ranking(abl, setting, baseline)
+            out.tables[f"{prefix}c_ranking"] = rank
+            out.headline.update(headline(rank, f"{prefix}c_ranking"))
+            n_models = abl["model"].nunique()
+            if n_models < 2:
+                out.notes.append(f"{prefix}c_ranking: Kendall τ {NEEDS} (only {', '.join(map(str, abl['model'].unique()))})")
+        mlp = mlp_ranking(rows, setting, baseline, notes)
+        if len(mlp):
+            out.tables[f"{prefix}mlp_ranking"] = mlp
+            out.headline.update(headline(mlp, f"{prefix}mlp_ranking"))
+            if mlp["n_models"].max() < 2:
+                out.notes.append(f"{prefix}mlp_ranking: Kendall τ {NEEDS} with both a linear (C = {baseline:g}) "
+                                 "and an MLP run")
+        out.notes.extend(notes)
+    return out
+
+
+@hookimpl
+def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | None:
+    """``c_ablation``/``c_ranking`` (and ``ood_`` twins) when runs at ≥ 2 values of C are present;
+    ``mlp_ranking`` when MLP-probe runs are present. Nothing otherwise."""
+    frames = []
+    for name in ("indomain", "transfer"):
+        df = getattr(tables, name, None)
+        if df is not None:
+            frames.append(df.assign(reference_table=name))
+    if not frames:
+        return None
+    runs = pd.concat(frames, ignore_index=True)
+    if "probe_C" not in runs.columns and ("probe" not in runs.columns or not (runs["probe"] == "mlp").any()):
+        return None
+    baseline = float((options or {}).get("baseline_C", BASELINE_C))
+    out = sensitivity_tables(runs, baseline)
+    return out if (out.tables or out.notes) else None
+
+
+__all__ = ["BASELINE_C", "NEEDS", "PAPER_C_VALUES", "c_ablation", "c_ranking", "count_inversions", "headline",
+           "kendall", "load_runs", "mlp_cells", "mlp_ranking", "sensitivity_tables", "split_tables", "summarize"]

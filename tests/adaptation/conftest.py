@@ -1,0 +1,15 @@
+"""Fixtures of the adaptation tests: controlled-shift data with known answers."""
+
+from __future__ import annotations
+
+import pytest
+from threadpoolctl import threadpool_limits
+
+WBC = ("neutrophil", "lymphocyte", "monocyte", "eosinophil", "basophil")
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    """Small problems: one BLAS thread is faster and immune to a busy CI box."""
+    with threadpool_limits(limits=1):
+        yield

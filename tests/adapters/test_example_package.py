@@ -1,0 +1,66 @@
+"""The third-party example package installs with pip and runs through prism-run by name.
+
+The package (``examples/prism-adapter-example``) registers an adapter through
+the ``prism_plugin.adapters`` entry-point group and a metric through
+``prism_plugin``. It is installed into this test environment
+(``pip install --no-deps --no-build-isolation``, from a copy so the source tree
+stays clean) and uninstalled afterwards.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from .adapters_support import REPO
+
+EXAMPLE = REPO / "examples" / "prism-adapter-example"
+
+
+def pip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def installed_example(tmp_path_factory):
+    if not EXAMPLE.is_dir():
+        pytest.skip(f"{EXAMPLE} not found")
+    src = tmp_path_factory.mktemp("example") / EXAMPLE.name
+    shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    proc = pip("install", "--quiet", "--no-deps", "--no-build-isolation", "--no-input", str(src))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    yield src
+    pip("uninstall", "--yes", "--quiet", "prism-adapter-example")
+
+
+def test_example_is_listed_by_name(installed_example):
+    from prism_plugin.plugins import PluginHost
+
+    host = PluginHost()  # a fresh host reads the entry points installed a moment ago
+    entry = host.adapters()["example_colour_stats"]
+    assert "prism-adapter-example 0.1.0" in entry.origin
+    assert "run_metrics" in host.infos["example_metrics"].hooks
+
+
+def test_prism_run_with_the_example_adapter_and_metric(installed_example, run_cli, tiny_task, tmp_path):
+    out = tmp_path / "results"
+    proc = run_cli("--task", str(tiny_task), "--model", "example_colour_stats", "--model-args", "size=24",
+                   "--output", str(out), "--quiet", "--no-report", "--num-workers", "0", check=True)
+    assert f"results: {out}" in proc.stdout
+    runs = pd.read_csv(out / "runs.csv")
+    assert list(runs["model"]) == ["ColourStats"] and list(runs["adapter"]) == ["example_colour_stats"]
+    value = float(runs["example_balanced_accuracy"].iloc[0])
+    assert 0.5 <= value <= 1.0  # colour separates the two tiny classes
+    # the metric plugin itself against scikit-learn
+    from sklearn.metrics import balanced_accuracy_score
+
+    from prism_adapter_example.metrics import balanced_accuracy
+
+    rng = np.random.default_rng(0)
+    y, pred = rng.integers(0, 3, 200), rng.integers(0, 3, 200)
+    assert balanced_accuracy(y, pred) == pytest.approx(balanced_accuracy_score(y, pred))

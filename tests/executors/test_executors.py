@@ -1,0 +1,70 @@
+"""Executors: a process pool and a local Ray instance give the same runs.csv as in-process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from prism_plugin.executors import SplitRef, make_executor, plan_units
+from prism_plugin.errors import PrismError
+from prism_plugin.protocol.grid import GridSpec
+from prism_plugin.protocol.inputs import SplitArrays
+from tests.conftest import prism_run
+
+
+@pytest.fixture(scope="module")
+def embedding_task(tmp_path_factory):
+    root = tmp_path_factory.mktemp("exec")
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(3, 32))
+    folder = root / "embeddings" / "FM" / "Toy"
+    folder.mkdir(parents=True)
+    for split, n in (("train", 900), ("val", 200), ("test", 300)):
+        y = rng.integers(0, 3, n)
+        np.save(folder / f"{split}_features.npy", (centers[y] + 2 * rng.normal(size=(n, 32))).astype(np.float32))
+        np.save(folder / f"{split}_labels.npy", y)
+    tasks = root / "tasks"
+    tasks.mkdir()
+    (tasks / "toy.yaml").write_text(
+        "task: toy\ndataset: Toy\nclass_names: [a, b, c]\nsource: {type: precomputed}\n"
+        "splits: {train: train, val: val, test: test}\nlabel_fractions: [0.05, 0.25, 1.0]\nseeds: [42, 123]\n")
+    return root
+
+
+def run(root, out, *extra):
+    prism_run("--task", "toy", "--include-path", str(root / "tasks"), "--model", "precomputed",
+              "--model-args", f"root={root / 'embeddings' / 'FM'}", "--output", str(out), "--quiet", "--no-report",
+              *extra, check=True)
+    return (out / "runs.csv").read_bytes()
+
+
+def test_process_pool_and_ray_match_in_process(embedding_task, tmp_path):
+    serial = run(embedding_task, tmp_path / "serial")
+    assert run(embedding_task, tmp_path / "pool", "--jobs", "2") == serial
+    pytest.importorskip("ray")
+    assert run(embedding_task, tmp_path / "ray", "--executor", "ray", "--jobs", "2") == serial
+
+
+def test_memory_mapped_features_travel_by_path(tmp_path):
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(12, dtype=np.float32).reshape(4, 3))
+    X = np.load(path, mmap_mode="r")
+    ref = SplitRef.of(SplitArrays(X, np.array([0, 1, 0, 1])))
+    assert ref.path == str(path) and ref.X is None
+    np.testing.assert_array_equal(ref.materialize().X, X)
+    sliced = SplitRef.of(SplitArrays(X[:2], np.array([0, 1])))  # not the whole file: sent by value
+    assert sliced.path is None and sliced.X.shape == (2, 3)
+
+
+def test_units_keep_the_full_fraction_seeds_together():
+    spec = GridSpec(fractions=(0.1, 1.0), seeds=(42, 123, 456))
+    done = {(0.1, 42)}
+    units = plan_units(spec, lambda key: (key.fraction, key.seed) in done)
+    assert units == [(0.1, (123, 456)), (1.0, (42, 123, 456))]
+
+
+def test_bad_executor_arguments():
+    with pytest.raises(PrismError, match="--jobs 0"):
+        make_executor("local", 0)
+    with pytest.raises(PrismError, match="--address only applies"):
+        make_executor("local", 1, "10.0.0.1:6379")

@@ -1,0 +1,238 @@
+"""Kill -9 at random points, restart with the same arguments: same bytes, only unfinished work redone.
+
+Also: inputs that changed between two runs invalidate exactly the affected cells
+(and say why), and truncated or corrupt files are detected and recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prism_plugin import cli
+from prism_plugin.embed.cache import CacheEntry, EmbeddingCache
+from tests.reliability.conftest import (
+    LIMIT,
+    N_CELLS,
+    N_SHARDS,
+    N_TILES,
+    SMALL_ARGS,
+    SHARD,
+    cell_progress,
+    kill_when,
+    run_env,
+    shard_progress,
+    small_run,
+    start,
+    summary,
+)
+
+
+def intact_rows(cache: Path) -> tuple[int, list[tuple[CacheEntry, int]]]:
+    """Tiles already embedded (complete entries + intact shards) and the shards on disk."""
+    done, shards = 0, []
+    for entry in EmbeddingCache(cache).entries():
+        if entry.exists():
+            done += int(entry.manifest()["n"])
+            continue
+        for index in entry.shards_on_disk():
+            meta = json.loads(entry.shard_meta_path(index).read_text())
+            shards.append((entry, index))
+            done += int(meta["rows"])
+    return done, shards
+
+
+def valid_cells(out: Path) -> set[str]:
+    ids = set()
+    for p in (out / "cells").glob("*.json"):
+        ids.add(json.loads(p.read_text())["run_id"])  # atomic writes: every file present is whole
+    return ids
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_kill_during_extraction_resumes_at_shard_granularity(tmp_path, ref, seed):
+    rng = random.Random(seed)
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    kill_at = rng.randint(1, N_SHARDS - 1)
+    proc = start(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out)], tmp_path / "run1.log")
+    assert kill_when(proc, lambda: shard_progress(cache) >= kill_at) == "killed"
+    done, shards = intact_rows(cache)
+    assert 0 < done < N_TILES, done
+    corrupted_rows = 0
+    if seed == 11 and shards:  # also damage one finished shard: it must be detected and re-extracted
+        entry, index = shards[rng.randrange(len(shards))]
+        fpath = entry.shard_paths(index)[0]
+        data = bytearray(fpath.read_bytes())
+        data[-5] ^= 0xFF
+        fpath.write_bytes(bytes(data))
+        corrupted_rows = json.loads(entry.shard_meta_path(index).read_text())["rows"]
+    proc2 = small_run(cache, out)
+    s = summary(out)
+    assert s["timings"]["extracted_tiles"] == N_TILES - done + corrupted_rows
+    if corrupted_rows:
+        assert "is corrupt" in proc2.stderr and "re-extracting" in proc2.stderr
+    assert (out / "runs.csv").read_bytes() == ref["runs"]
+    for entry in EmbeddingCache(cache).entries():  # complete, verified, no shard left behind
+        assert entry.exists() and entry.check() is None and not entry.shard_dir.exists()
+
+
+@pytest.mark.parametrize("seed", [5, 8])
+def test_kill_during_grid_recomputes_only_unfinished_cells(tmp_path, ref, copy_cache, seed):
+    rng = random.Random(seed)
+    cache, out = copy_cache(), tmp_path / "out"
+    kill_at = rng.randint(1, N_CELLS - 2)
+    proc = start(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out)], tmp_path / "run1.log")
+    assert kill_when(proc, lambda: cell_progress(out) >= kill_at) == "killed"
+    before = valid_cells(out)
+    assert kill_at <= len(before) < N_CELLS
+    assert not (out / "summary.json").exists()
+    small_run(cache, out)
+    s = summary(out)
+    assert set(s["reused_cells"]) == before
+    assert s["stale_cells"] == []
+    assert (out / "runs.csv").read_bytes() == ref["runs"]
+
+
+# -- in-process: changed inputs, truncated files, corrupt entries -----------------------------------
+def main_in_process(args, capsys, monkeypatch, **env):
+    for k, v in run_env(**env).items():
+        monkeypatch.setenv(k, v)
+    rc = cli.main(list(args))
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+@pytest.fixture
+def resumable(tmp_path, ref, copy_cache):
+    """A copy of the reference output (all cells done) and of its cache."""
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(ref["out"], out)
+    return copy_cache(), out
+
+
+def test_changed_task_config_invalidates_cells_and_says_why(resumable, ref, capsys, monkeypatch):
+    cache, out = resumable
+    rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out),
+                                                    "--set", "probe.C=0.5"], capsys, monkeypatch)
+    assert rc == 0, err
+    s = summary(out)
+    assert s["reused_cells"] == [] and len(s["stale_cells"]) == N_CELLS
+    assert "task config changed (probe)" in stdout
+    assert (out / "runs.csv").read_bytes() != ref["runs"]
+    # and back: the saved cells now hold C=0.5, so the original config recomputes them again
+    rc, stdout, _ = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out)], capsys, monkeypatch)
+    assert rc == 0 and "task config changed (probe)" in stdout
+    assert (out / "runs.csv").read_bytes() == ref["runs"]
+
+
+def test_extending_the_grid_reuses_existing_cells(resumable, capsys, monkeypatch):
+    cache, out = resumable
+    args = [a if a != "seeds=[42,123]" else "seeds=[42,123,7]" for a in SMALL_ARGS]
+    rc, stdout, err = main_in_process(args + ["--cache-dir", str(cache), "--output", str(out)], capsys, monkeypatch)
+    assert rc == 0, err
+    s = summary(out)
+    assert len(s["reused_cells"]) == N_CELLS and s["n_runs"] == N_CELLS + 4
+
+
+def test_changed_package_version_invalidates_cells(resumable, ref, capsys, monkeypatch):
+    from prism_plugin import runner
+
+    cache, out = resumable
+    real = runner.library_versions
+    monkeypatch.setattr(runner, "library_versions", lambda: {**real(), "scikit-learn": "0.0-test"})
+    rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out)], capsys, monkeypatch)
+    assert rc == 0, err
+    assert summary(out)["reused_cells"] == []
+    assert f"scikit-learn {real()['scikit-learn']} -> 0.0-test" in stdout
+    assert (out / "runs.csv").read_bytes() == ref["runs"]  # same library really: same numbers
+
+
+def test_changed_embeddings_invalidate_cells(tmp_path, ref, capsys, monkeypatch):
+    """Precomputed embeddings edited between two runs: every cell is stale, and the split is named."""
+    root = tmp_path / "emb" / "Demo-Binary"
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 40), ("val", 20), ("test", 20)):
+        y = np.arange(n) % 2
+        np.save(root / f"{split}_features.npy", (rng.normal(size=(n, 8)) + y[:, None]).astype(np.float32))
+        np.save(root / f"{split}_labels.npy", y)
+    out = tmp_path / "out"
+    args = ["--task", "prism_demo", "--model", "precomputed", "--model-args", f"root={root.parent}",
+            "--set", "label_fractions=[0.5,1.0]", "--set", "seeds=[42]", "--output", str(out), "--quiet", "--no-report"]
+    assert main_in_process(args, capsys, monkeypatch)[0] == 0
+    first = (out / "runs.csv").read_bytes()
+    assert main_in_process(args, capsys, monkeypatch)[0] == 0
+    assert len(summary(out)["reused_cells"]) == 2 and (out / "runs.csv").read_bytes() == first
+    X = np.load(root / "train_features.npy")
+    X[0, 0] += 1.0
+    np.save(root / "train_features.npy", X)
+    rc, stdout, _ = main_in_process(args, capsys, monkeypatch)
+    assert rc == 0 and summary(out)["reused_cells"] == []
+    assert "embeddings of train changed" in stdout
+    # --limit takes other rows: it must not reuse the full run's cells either
+    rc, stdout, _ = main_in_process(args + ["--limit", "10"], capsys, monkeypatch)
+    assert rc == 0 and summary(out)["reused_cells"] == [] and "embeddings of" in stdout
+
+
+def test_truncated_runs_csv_and_cells_are_recomputed(resumable, ref, capsys, monkeypatch):
+    cache, out = resumable
+    runs = out / "runs.csv"
+    runs.write_bytes(runs.read_bytes()[: len(ref["runs"]) // 2])
+    cells = sorted((out / "cells").glob("*.json"))
+    cells[0].write_bytes(cells[0].read_bytes()[:40])  # truncated
+    cells[1].write_text("\x00garbage")  # overwritten
+    doctored = json.loads(cells[2].read_text())  # valid JSON, but for another fraction (a renamed file)
+    doctored["row"]["fraction"] = 0.123
+    cells[2].write_text(json.dumps(doctored))
+    bad = {json.loads(c.read_text())["run_id"] if i == 2 else None for i, c in enumerate(cells[:3])}
+    rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out)], capsys, monkeypatch)
+    assert rc == 0, err
+    s = summary(out)
+    assert len(s["reused_cells"]) == N_CELLS - 3
+    reasons = " ".join(x["reason"] for x in s["stale_cells"])
+    assert reasons.count("unreadable") == 2 and "computed for fraction 0.123" in reasons
+    assert bad - {None} <= {x["cell"] for x in s["stale_cells"]}
+    assert runs.read_bytes() == ref["runs"]
+
+
+def test_corrupt_cache_entry_is_detected_and_recomputed(resumable, ref, capsys, monkeypatch):
+    cache, out = resumable
+    entries = EmbeddingCache(cache).entries()
+    victim = next(e for e in entries if e.manifest()["provenance"]["split"] == "train")
+    f = victim.dir / "features.npy"
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    f.write_bytes(bytes(data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out)],
+                                          capsys, monkeypatch)
+    assert rc == 0, err
+    text = err + " ".join(str(w.message) for w in caught)
+    assert f"cache entry {victim.key[:12]} is corrupt" in text and "checksum mismatch" in text
+    s = summary(out)
+    assert s["embedding_cache"]["train"] == "extracted" and s["timings"]["extracted_tiles"] == LIMIT
+    assert victim.check() is None
+    assert len(s["reused_cells"]) == N_CELLS  # same bits re-extracted: the cells stay valid
+    assert (out / "runs.csv").read_bytes() == ref["runs"]
+
+
+def test_shard_size_from_environment(monkeypatch):
+    from prism_plugin.embed.cache import shard_size
+    from prism_plugin.errors import PrismError
+
+    monkeypatch.setenv("PRISM_SHARD_SIZE", str(SHARD))
+    assert shard_size() == SHARD
+    for bad in ("0", "-3", "abc", "1.5"):
+        monkeypatch.setenv("PRISM_SHARD_SIZE", bad)
+        with pytest.raises(PrismError, match="PRISM_SHARD_SIZE"):
+            shard_size()
+    monkeypatch.delenv("PRISM_SHARD_SIZE")
+    assert shard_size() == 2048
