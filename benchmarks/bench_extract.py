@@ -87,7 +87,17 @@ def main(argv: list[str] | None = None) -> int:
         data = one.unsqueeze(0).repeat(args.n, 1, 1, 1).contiguous()
         data += torch.randn_like(data) * 0.01
 
+        def cpu_now() -> float:
+            """CPU seconds of this process and of its finished children (the DataLoader workers)."""
+            import resource
+
+            kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return time.process_time() + kids.ru_utime + kids.ru_stime
+
+        cpu: dict[str, list[float]] = {"bare": [], "pipeline": []}
+
         def bare() -> float:
+            c0 = cpu_now()
             t0 = time.perf_counter()
             with torch.inference_mode():
                 for start in range(0, args.n, args.batch):
@@ -96,17 +106,21 @@ def main(argv: list[str] | None = None) -> int:
                     out.cpu()
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            return time.perf_counter() - t0
+            elapsed = time.perf_counter() - t0
+            cpu["bare"].append(cpu_now() - c0)
+            return elapsed
 
         # -- the pipeline: decode + preprocess + forward + write, through the real cache ------
         def pipeline(rep: int) -> float:
             split = ImageSplit(paths=paths, labels=labels, fingerprint=f"bench-{rep}-{time.time_ns()}")
             cache = EmbeddingCache(tmp / "cache")
             entry = cache.entry(adapter.fingerprint(), split.fingerprint, "test")
+            c0 = cpu_now()
             t0 = time.perf_counter()
             with entry.lock():
                 n_done, _ = extract_split(adapter, split, entry, device=device, num_workers=workers, progress=False)
             elapsed = time.perf_counter() - t0
+            cpu["pipeline"].append(cpu_now() - c0)
             X, _ = entry.load()
             assert X.shape == (args.n, adapter.embed_dim) and n_done == args.n
             return elapsed
@@ -127,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"full pipeline (decode..write)    : {pipe_tps:8.1f} tiles/s ({pipe_s:.2f} s)")
     print(f"ratio pipeline / bare            : {pipe_tps / bare_tps:8.3f} (best of each); "
           f"per pair: {', '.join(f'{r:.3f}' for r in paired)}")
+    cpu_bare, cpu_pipe = min(cpu["bare"][1:] or cpu["bare"]), min(cpu["pipeline"])
+    print(f"CPU seconds per tile (all processes): bare {1000 * cpu_bare / args.n:.1f} ms, "
+          f"pipeline {1000 * cpu_pipe / args.n:.1f} ms; pipeline overhead {100 * (cpu_pipe / cpu_bare - 1):+.1f} %")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     if load > (os.cpu_count() or 1):
         print(f"note: load average {load:.1f} exceeds {os.cpu_count()} CPUs; other processes share the machine")

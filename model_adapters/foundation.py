@@ -190,8 +190,8 @@ class FoundationAdapter(Adapter):
         return download_weights(self.hub_id, self.weight_files, model=self.display_name, gated=self.gated,
                                 revision=self.revision)
 
-    def load_weights(self, model, state: dict[str, Any], source: Path) -> None:
-        state = self.adapt_state_dict(dict(state))
+    def load_weights(self, model, state: dict[str, Any], source: Path, *, assign: bool = False) -> None:
+        """Load an adapted state dict, strictly: every weight present, right shapes, nothing foreign."""
         own = model.state_dict()
         unexpected = [k for k in state if k not in own]
         bad = [k for k in unexpected if not k.startswith(self.ignore_prefixes) and not k.endswith("position_ids")]
@@ -209,21 +209,34 @@ class FoundationAdapter(Adapter):
                 problems.append(f"shape mismatch: {'; '.join(shape_errors[:2])}")
             raise PrismError(f"{self.display_name}: weights in {source} do not fit the {self.architecture} "
                              f"architecture: {'; '.join(problems)}")
-        model.load_state_dict(state, strict=True)
+        model.load_state_dict(state, strict=True, assign=assign)
 
     # -- build / forward ------------------------------------------------------------
     def build(self, device) -> None:
+        import itertools
+
         import torch
 
         path = self.weights_path()  # before building anything: offline failures are immediate
-        state = read_state_dict(path) if path is not None else None
-        overrides = {**(self.overrides_for_state(state) if state is not None else {}), **self.arch_overrides}
-        torch.manual_seed(self.seed)
-        with torch.device(device):
-            model = self.create_model(**overrides)
-        if state is not None:
-            self.load_weights(model, state, path)
+        if path is None:  # random weights
+            torch.manual_seed(self.seed)
+            with torch.device(device):
+                model = self.create_model(**self.arch_overrides)
+        else:
+            state = self.adapt_state_dict(read_state_dict(path))
+            state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
+            overrides = {**self.overrides_for_state(state), **self.arch_overrides}
+            # no random initialisation of weights about to be replaced: build on meta, adopt the tensors
+            with torch.device("meta"):
+                model = self.create_model(**overrides)
+            self.load_weights(model, state, path, assign=True)
+            tensors = itertools.chain(model.parameters(), model.buffers())
+            if any(t.is_meta for t in tensors):  # non-persistent buffers (e.g. position ids): build for real
+                with torch.device("cpu"):
+                    model = self.create_model(**overrides)
+                self.load_weights(model, state, path)
             del state
+            model = model.to(device)
         model.eval().requires_grad_(False)
         self._model = model
         self._built = True

@@ -64,6 +64,12 @@ class Midnight(FoundationAdapter):
         settings.update(overrides)
         return transformers.Dinov2Model(transformers.Dinov2Config(**settings))
 
+    def adapt_state_dict(self, state: dict[str, Any]) -> dict[str, Any]:
+        # weights saved from a Dinov2 task model carry a "dinov2." prefix
+        if state and all(k.startswith("dinov2.") or k.startswith("classifier.") for k in state):
+            state = {k[len("dinov2."):]: v for k, v in state.items() if k.startswith("dinov2.")}
+        return state
+
     def overrides_for_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
         # the position grid the weights were trained with (Dinov2 interpolates it to the input)
         pos = state.get("embeddings.position_embeddings")

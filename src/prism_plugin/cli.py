@@ -176,9 +176,15 @@ def cmd_validate(args) -> int:
 def cmd_report(args) -> int:
     from prism_plugin.report.build import write_report
 
-    if not (args.results_dir / "runs.csv").exists():
-        raise PrismError(f"{args.results_dir}: no runs.csv here; pass a results directory written by prism-run")
-    print(write_report(args.results_dir, _host(args)))
+    from prism_plugin.tables import find_runs_files
+
+    if not args.results_dir.is_dir():
+        raise PrismError(f"{args.results_dir}: no such directory; pass a results directory written by prism-run")
+    if (args.results_dir / "runs.csv").exists():
+        print(write_report(args.results_dir, _host(args)))
+    else:  # a folder of results directories (several tasks or models): one combined report
+        find_runs_files([args.results_dir])
+        print(write_report(args.results_dir, _host(args), sources=[args.results_dir]))
     return 0
 
 

@@ -148,8 +148,16 @@ def explain_change(old: Any, new: Any) -> str:
     for lib in sorted(set(old_v) | set(new_v)):
         if old_v.get(lib) != new_v.get(lib):
             reasons.append(f"{lib} {old_v.get(lib)} -> {new_v.get(lib)}")
+    old_p, new_p = old.get("plugins") or {}, new.get("plugins") or {}
+    if old_p != new_p:
+        gone = sorted(set(old_p) - set(new_p))
+        added = sorted(set(new_p) - set(old_p))
+        changed = sorted(k for k in set(old_p) & set(new_p) if old_p[k] != new_p[k])
+        bits = ([f"disabled/removed {', '.join(gone)}"] if gone else []) + \
+            ([f"added {', '.join(added)}"] if added else []) + ([f"updated {', '.join(changed)}"] if changed else [])
+        reasons.append("metric plugins changed (" + "; ".join(bits) + ")")
     for key in sorted(set(old) | set(new)):
-        if key not in ("task", "adapter", "embeddings", "versions") and old.get(key) != new.get(key):
+        if key not in ("task", "adapter", "embeddings", "versions", "plugins") and old.get(key) != new.get(key):
             reasons.append(f"{key} changed")
     return "; ".join(reasons) or "computed from other inputs"
 
@@ -216,7 +224,25 @@ class ResultsDir:
     def write_runs(self, df: pd.DataFrame, name: str = "runs.csv") -> Path:
         target = self.path / name
         write_csv(target, df)
+        self.sweep_tmp()
         return target
+
+    def sweep_tmp(self, min_age_s: float = 600.0) -> int:
+        """Delete temporary files left by writes that were killed (older than ``min_age_s``: a
+        concurrent writer's own temporary file lives for milliseconds)."""
+        import time
+
+        removed = 0
+        now = time.time()
+        for folder in (self.path, self.cells_dir):
+            for tmp in folder.glob(".*.tmp"):
+                try:
+                    if now - tmp.stat().st_mtime > min_age_s:
+                        tmp.unlink()
+                        removed += 1
+                except OSError:
+                    pass
+        return removed
 
     def write_json(self, name: str, obj: Any) -> Path:
         target = self.path / name

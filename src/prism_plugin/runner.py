@@ -201,8 +201,22 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def fingerprint_parts(task: TaskConfig, adapter, emb_info: dict[str, Any]) -> dict[str, Any]:
-    """Everything a run's numbers depend on, as short digests (JSON-plain), per component."""
+def metric_plugins(host) -> dict[str, str]:
+    """The plugins that add columns to a run (run_metrics) or fit it (probe_heads), with their origin."""
+    out: dict[str, str] = {}
+    for hook in (host.pm.hook.run_metrics, host.pm.hook.probe_heads):
+        for impl in hook.get_hookimpls():
+            info = host.infos.get(impl.plugin_name)
+            out[impl.plugin_name] = info.origin if info is not None else impl.plugin_name
+    return dict(sorted(out.items()))
+
+
+def fingerprint_parts(task: TaskConfig, adapter, emb_info: dict[str, Any], host=None) -> dict[str, Any]:
+    """Everything a run's numbers depend on, as short digests (JSON-plain), per component.
+
+    With ``host``, the enabled metric/probe plugins (and their versions) are part
+    of it: a run saved with another set of columns is not mixed into the table.
+    """
     versions = library_versions()
     resolved = task.resolved()
     for member in ("source_config", "target_config"):
@@ -214,6 +228,7 @@ def fingerprint_parts(task: TaskConfig, adapter, emb_info: dict[str, Any]) -> di
         "adapter": adapter.fingerprint(),
         "embeddings": {str(k): str(v) for k, v in sorted(embeddings.items())},
         "versions": {k: versions.get(k) for k in NUMERIC_LIBS + ("prism-plugin",)},
+        **({"plugins": metric_plugins(host)} if host is not None else {}),
     }
 
 
@@ -266,7 +281,7 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
         binary_logits=task.binary_logits, t_bounds=task.temperature_bounds, proportional_val=task.proportional_val,
     )
     results = ResultsDir(opts.output)
-    parts = fingerprint_parts(task, adapter, emb_info)
+    parts = fingerprint_parts(task, adapter, emb_info, host)
     fingerprint = _digest_full(parts)
     keys = list(grid_keys(spec))
     reused, stale = [], []
@@ -292,7 +307,8 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
                                      "indomain_propval" if task.proportional_val else "indomain")
     ident = {"reference_table": table, "task": task.name, "adapter": adapter.name, "model": adapter.display_name, "dataset": task.dataset,
              "class_names": task.class_names, "columns": columns,
-             "meta": {"kind": task.kind, "src": task.src, "tgt": task.tgt, "pair": task.pair}}
+             "meta": {"kind": task.kind, "src": task.src, "tgt": task.tgt, "pair": task.pair,
+                      "results_dir": str(results.path)}}
     t_grid = time.perf_counter()
     def save(key, row) -> None:
         results.save_cell(task.name, key.id, fingerprint, row, parts)

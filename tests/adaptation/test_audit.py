@@ -146,6 +146,8 @@ def test_audit_command_tables(results, tmp_path):
     assert {"conf", "marg_ent", "id_acc", "consensus", "agl_acc"} <= set(sel["selector"])
     assert set(sel["prior"]) == {"target", "balanced", "neutrophil_heavy"}
     assert (sel["regret"] >= 0).all()
+    summary = pd.read_csv(out / "selector_summary.csv")
+    assert set(summary["condition"]) == {"target", "balanced", "skewed"}
     pb = pd.read_csv(out / "paired_bootstrap.csv")
     assert len(pb) == 3 and (pb["n_seeds"] == 2).all() and (pb["B"] == 200).all()
     cal = pd.read_csv(out / "calibration_summary.csv").set_index("arm")

@@ -128,3 +128,9 @@ def test_task_yaml_keys_are_validated_with_file_and_key(tmp_path):
         index.load("u")
     off = index.load("t", ["adaptation=[]"])
     assert off.adaptation == ()
+    # priors are resolved against the task's classes at validation time
+    with pytest.raises(PrismError, match="priors.names: prior 'clinical'.*WBC prior"):
+        index.load("t", ["priors={names: [clinical]}"])
+    with pytest.raises(PrismError, match="priors.custom.x: lists 3 weights for a task with 2 classes"):
+        index.load("t", ["priors={custom: {x: [1, 2, 3]}}"])
+    assert index.load("t", ["priors={names: [dominant:b:0.9]}"]).priors["names"] == ["dominant:b:0.9"]

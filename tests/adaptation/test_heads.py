@@ -113,6 +113,9 @@ def test_heads_are_registered_and_run_in_the_grid(data):
     bad = GridSpec(fractions=(1.0,), seeds=(0,), probe={"kind": "centroid", "neighbours": 3})
     with pytest.raises(PrismError, match="neighbours"):
         run_grid(tr, None, te, 4, bad, host, ident)
+    bad_c = GridSpec(fractions=(1.0,), seeds=(0,), probe={"kind": "logistic_std", "C": "large"})
+    with pytest.raises(PrismError, match="C must be a positive number"):
+        run_grid(tr, None, te, 4, bad_c, host, ident)
 
 
 def test_heads_without_standardisation(data):

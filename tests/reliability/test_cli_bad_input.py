@@ -56,7 +56,7 @@ def cases(tmp: Path) -> list[tuple[str, list[str], dict, str]]:
         ("C not positive", demo + ["--set", "probe.C=0"], {}, "probe.C"),
         ("model-args without =", demo + ["--model-args", "pooling"], {}, "key=value"),
         ("output is a file", demo + ["--set", "seeds=[42]", "--output", str(tmp / "afile")], {}, "not a folder"),
-        ("cache dir is a file", demo + ["--limit", "8", "--cache-dir", str(tmp / "afile")], {}, "not a writable folder"),
+        ("cache dir is a file", demo + ["--limit", "8", "--cache-dir", str(tmp / "afile")], {}, "is a file, not a folder"),
         ("bad PRISM_SHARD_SIZE", demo + ["--limit", "8", "--cache-dir", str(tmp / "fresh-cache")],
          {"PRISM_SHARD_SIZE": "lots"}, "PRISM_SHARD_SIZE"),
         ("NaN in precomputed embeddings", pre + ["--model-args", f"root={_precomputed(tmp / 'nan', nan=True)}"], {},

@@ -154,6 +154,18 @@ def test_changed_package_version_invalidates_cells(resumable, ref, capsys, monke
     assert (out / "runs.csv").read_bytes() == ref["runs"]  # same library really: same numbers
 
 
+def test_disabled_metric_plugin_invalidates_cells(resumable, ref, capsys, monkeypatch):
+    """Cells saved with another set of metric columns are not mixed into the table."""
+    cache, out = resumable
+    rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out),
+                                                    "--disable", "collapse"], capsys, monkeypatch)
+    assert rc == 0, err
+    assert summary(out)["reused_cells"] == []
+    assert "metric plugins changed (disabled/removed collapse)" in stdout
+    header = (out / "runs.csv").read_text().splitlines()[0].split(",")
+    assert "degeneracy_share" not in header and "ece_fixed" in header
+
+
 def test_changed_embeddings_invalidate_cells(tmp_path, ref, capsys, monkeypatch):
     """Precomputed embeddings edited between two runs: every cell is stale, and the split is named."""
     root = tmp_path / "emb" / "Demo-Binary"
@@ -191,14 +203,13 @@ def test_truncated_runs_csv_and_cells_are_recomputed(resumable, ref, capsys, mon
     doctored = json.loads(cells[2].read_text())  # valid JSON, but for another fraction (a renamed file)
     doctored["row"]["fraction"] = 0.123
     cells[2].write_text(json.dumps(doctored))
-    bad = {json.loads(c.read_text())["run_id"] if i == 2 else None for i, c in enumerate(cells[:3])}
     rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out)], capsys, monkeypatch)
     assert rc == 0, err
     s = summary(out)
     assert len(s["reused_cells"]) == N_CELLS - 3
     reasons = " ".join(x["reason"] for x in s["stale_cells"])
     assert reasons.count("unreadable") == 2 and "computed for fraction 0.123" in reasons
-    assert bad - {None} <= {x["cell"] for x in s["stale_cells"]}
+    assert doctored["run_id"] in {x["cell"] for x in s["stale_cells"]}
     assert runs.read_bytes() == ref["runs"]
 
 

@@ -95,3 +95,18 @@ def test_through_the_grid_with_the_python_api():
 def test_bad_settings_are_one_line_errors(settings, fragment):
     with pytest.raises(PrismError, match=fragment.replace("(", r"\(")):
         get_host().head_factory("mlp")(seed=0, **settings)
+
+
+def test_grid_row_equals_a_direct_fit_with_the_runs_seed():
+    import prism_plugin
+    from prism_plugin import metrics as M
+    from prism_plugin.protocol.sampling import stratified_subset
+
+    X, y = _blobs(n=500, seed=4)
+    row = prism_plugin.evaluate((X[:300], y[:300]), (X[300:400], y[300:400]), (X[400:], y[400:]), fractions=[0.5],
+                                seeds=[123], probe={"kind": "mlp", "hidden": 16}).iloc[0]
+    idx = stratified_subset(y[:300], 0.5, 123).indices
+    out = MLPProbe(seed=123, hidden=16).fit(X[:300][idx], y[:300][idx]).evaluate(X[400:])
+    P = np.asarray(out.proba, dtype=np.float64)
+    assert row["auroc"] == M.auroc(y[400:], P)
+    assert row["ece_fixed"] == M.ece(y[400:], P)

@@ -18,8 +18,9 @@ from prism_plugin.runner import default_output
 from prism_plugin.tasks.index import default_index
 from prism_plugin.tasks.sweep import expand_sweeps
 
+#: two small random-weight ViTs that embed differently (64 px; 80 items per split keep extraction short)
 TWO_MODELS = ["--model", "demo_vit", "--model", "timm:vit_tiny_r_s16_p8_224",
-              "--model-args", "pretrained=false,img_size=64"]
+              "--model-args", "pretrained=false,img_size=64", "--limit", "80"]
 
 
 def _task_file(tmp_path: Path, body: str, name: str = "swept") -> Path:
@@ -167,11 +168,11 @@ def test_geometry_command_on_the_cached_embeddings(sweep_run, capsys):
 
     _, out = sweep_run
     capsys.readouterr()
-    assert main(["geometry", "--task", "prism_demo", *TWO_MODELS, "--output", str(out), "--quiet"]) == 0
+    assert main(["geometry", "--task", "prism_demo", *TWO_MODELS, "--k", "20", "--output", str(out), "--quiet"]) == 0
     assert "chance" in capsys.readouterr().out
     matrix = pd.read_csv(out / "geometry" / "alignment_Demo-Binary.csv", index_col=0)
     meta = json.loads((out / "geometry" / "alignment_Demo-Binary.json").read_text())
-    assert meta["k"] == 50 and meta["n_samples"] == 160 and list(matrix.index) == meta["models"]
+    assert meta["k"] == 20 and meta["n_samples"] == 80 and list(matrix.index) == meta["models"]
     assert np.allclose(np.diag(matrix.to_numpy()), 1.0)
     # the same number straight from the cached arrays of the finished runs
     dirs = [p.parent for p in out.glob("*@probe.C=1/*/summary.json")] or \
@@ -180,6 +181,6 @@ def test_geometry_command_on_the_cached_embeddings(sweep_run, capsys):
     assert not notes and set(found) == {"Demo-Binary"}
     embs = found["Demo-Binary"]
     a, b = list(matrix.index)
-    direct = mutual_knn_alignment(embs[a], embs[b], k=50)
+    direct = mutual_knn_alignment(embs[a], embs[b], k=20)
     assert matrix.loc[a, b] == pytest.approx(direct, abs=1e-6)
     assert meta["chance"] < matrix.loc[a, b] < 1.0

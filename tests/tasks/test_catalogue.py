@@ -3,7 +3,6 @@ the reference per-run tables."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np

@@ -52,7 +52,8 @@ TABLES = ("rank_matrix", "rank_transfer", "calibration_transfer", "calibration_s
           "paired_bootstrap", "diagnostics")
 CAL_ARMS = ("raw", "src", "oracle", "k4", "k8", "k16", "k32", "cbr", "cbr_src")
 GROUP = ["task", "probe"]
-#: priors counted as "balanced" in the selector summary; every other prior is "skewed"
+#: priors counted as "balanced" in the selector summary; every other prior is "skewed" and the
+#: whole target split (its own class prior) is "target"
 BALANCED_PRIORS = {"balanced"}
 
 
@@ -100,6 +101,7 @@ def load(paths: Iterable[Path], fraction: float | None = None) -> AuditInputs:
         for col in ("model", "task", "fraction", "seed", "f1_macro"):
             if col not in df.columns:
                 raise PrismError(f"{d / 'runs.csv'}: column {col!r} missing; not a prism-run results table")
+        df = df.copy()  # consolidate the wide table before adding columns
         if "probe" not in df.columns:
             df["probe"] = "logistic"
         df["_dir"] = str(d)
@@ -155,8 +157,9 @@ def rank_tables(inp: AuditInputs, B: int, seed: int) -> tuple[pd.DataFrame, pd.D
     m = inp.means.copy()
     m["id_rank"] = m.groupby(GROUP)["id_f1_macro"].rank(ascending=False, method="min")
     m["target_rank"] = m.groupby(GROUP)["f1_macro"].rank(ascending=False, method="min")
+    m["relative_gap"] = (m["id_f1_macro"] - m["f1_macro"]) / m["id_f1_macro"]
     cols = [c for c in ["task", "probe", "pair", "model", "n_seeds", "id_f1_macro", "id_accuracy", "f1_macro",
-                        "id_rank", "target_rank"] if c in m.columns]
+                        "relative_gap", "id_rank", "target_rank"] if c in m.columns]
     matrix = m[cols].sort_values(GROUP + ["target_rank", "model"]).reset_index(drop=True)
     rows = []
     for (task, probe), g in m.groupby(GROUP, sort=True):
@@ -342,7 +345,8 @@ def selector_tables(inp: AuditInputs) -> tuple[pd.DataFrame, pd.DataFrame]:
     out = pd.DataFrame(rows)
     if out.empty:
         return out, out
-    out["condition"] = np.where(out["prior"].isin(list(BALANCED_PRIORS) + ["target"]), "balanced/target", "skewed")
+    out["condition"] = np.where(out["prior"] == "target", "target",
+                                np.where(out["prior"].isin(list(BALANCED_PRIORS)), "balanced", "skewed"))
     summary = (out.groupby(["probe", "condition", "selector"], sort=True)
                .agg(n=("regret", "size"), mean_spearman=("spearman", "mean"), mean_regret=("regret", "mean"),
                     max_regret=("regret", "max"))

@@ -56,7 +56,6 @@ def top_label_ece(y: np.ndarray, proba: np.ndarray, n_bins: int = 15, scheme: st
     idx = np.searchsorted(edges, conf, side="right") - 1  # bin b holds edges[b] <= conf < edges[b+1]
     ok = (idx >= 0) & (idx < len(edges) - 1)
     idx, conf, correct = idx[ok], conf[ok], correct[ok]
-    count = np.bincount(idx, minlength=len(edges) - 1)
     s_conf = np.bincount(idx, weights=conf, minlength=len(edges) - 1)
     s_corr = np.bincount(idx, weights=correct, minlength=len(edges) - 1)
     return float(np.abs(s_corr - s_conf).sum() / n)

@@ -92,8 +92,13 @@ def _weight(w: Any, fail: Fail, key: str) -> float:
     return float(w)
 
 
-def check_priors(value: Any, fail: Fail) -> dict[str, Any]:
-    """The validated ``priors`` mapping with defaults filled in."""
+def check_priors(value: Any, fail: Fail, class_names: Any = None, n_classes: int | None = None) -> dict[str, Any]:
+    """The validated ``priors`` mapping with defaults filled in.
+
+    With the task's ``class_names`` / ``n_classes`` every prior is also resolved once, so a WBC
+    prior on a task without the five WBC classes (or a weight list of the wrong length) fails at
+    validation, not in the middle of a run.
+    """
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -144,7 +149,25 @@ def check_priors(value: Any, fail: Fail) -> dict[str, Any]:
     seed = value.get("seed", DEFAULT_PRIORS["seed"])
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise fail("priors.seed", f"must be a non-negative integer, got {seed!r}")
-    return {"names": names, "custom": custom, "batch_sizes": sorted(set(ks_raw)), "draws": draws, "seed": seed}
+    out = {"names": names, "custom": custom, "batch_sizes": sorted(set(ks_raw)), "draws": draws, "seed": seed}
+    if n_classes:
+        _check_resolvable(out, fail, tuple(class_names or ()) if isinstance(class_names, list) else (), int(n_classes))
+    return out
+
+
+def _check_resolvable(cfg: dict, fail: Fail, class_names: tuple, n_classes: int) -> None:
+    import numpy as np
+
+    from prism_plugin.adaptation.priors import prior_vector
+    from prism_plugin.errors import PrismError
+
+    for name in cfg["names"]:
+        try:
+            prior_vector(name, n_classes, class_names, custom=cfg["custom"], target_labels=np.arange(n_classes))
+        except PrismError as exc:
+            key = f"priors.custom.{name}" if name in cfg["custom"] else "priors.names"
+            msg = str(exc)
+            raise fail(key, msg[len(key) + 2:] if msg.startswith(key + ": ") else msg) from None
 
 
 def _check_dominant(name: str, fail: Fail) -> None:

@@ -64,6 +64,16 @@ from prism_plugin.protocol.probe import LogisticProbe, ProbeOutput
 INHERITED = frozenset({"C", "max_iter", "tol", "backend"})
 
 
+def _positive(value: Any, name: str, kind: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = float("nan")
+    if not v > 0 or v == float("inf") or isinstance(value, bool):
+        raise TypeError(f"{kind}: {name} must be a positive number, got {value!r}")
+    return v
+
+
 def _check_inherited(kind: str, extra: dict[str, Any]) -> None:
     unknown = sorted(set(extra) - INHERITED)
     if unknown:
@@ -143,7 +153,9 @@ class StandardisedLogistic(_Base):
         super().__init__(seed, standardize)
         if backend != "sklearn":
             raise TypeError(f"logistic_std supports backend 'sklearn' only, got {backend!r}")
-        self.inner = LogisticProbe(seed=seed, C=C, max_iter=max_iter, tol=tol)
+        self.inner = LogisticProbe(seed=seed, C=_positive(C, "C", self.kind),
+                                   max_iter=int(_positive(max_iter, "max_iter", self.kind)),
+                                   tol=_positive(tol, "tol", self.kind))
 
     def fit(self, X, y):
         Z, y = self._fit_scaler(X, y)
@@ -168,7 +180,9 @@ class LinearSVMHead(_Base):
                  standardize: bool = True, **inherited):
         _check_inherited(self.kind, inherited)
         super().__init__(seed, standardize)
-        self.C, self.max_iter, self.tol = float(C), int(max_iter), float(tol)
+        self.C = _positive(C, "C", self.kind)
+        self.max_iter = int(_positive(max_iter, "max_iter", self.kind))
+        self.tol = _positive(tol, "tol", self.kind)
         self.model: LinearSVC | None = None
 
     def fit(self, X, y):

@@ -409,6 +409,8 @@ class CacheEntry:
             "n_shards": n_shards,
             "provenance": provenance,
         }
+        for stale in self.dir.glob(".*.tmp"):  # left by an extraction killed mid-write (we hold the lock)
+            stale.unlink(missing_ok=True)
         atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2))
         shutil.rmtree(self.shard_dir, ignore_errors=True)
 

@@ -325,7 +325,7 @@ def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
         tags=c.str_list(d.get("tags", []), "tags") if d.get("tags") else (),
         columns=dict(columns),
         adaptation=check_adaptation(d["adaptation"], c.fail) if "adaptation" in d else None,
-        priors=check_priors(d["priors"], c.fail) if d.get("priors") is not None else None,
+        priors=check_priors(d["priors"], c.fail, d.get("class_names"), n_classes) if d.get("priors") is not None else None,
         sweep=parse_sweep(d, c, lambda variant: _protocol_settings(variant, c, n_classes)["probe"]),
     )
 
