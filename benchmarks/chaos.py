@@ -54,9 +54,10 @@ class Chaos:
         self.env = {**os.environ, "PRISM_CACHE_DIR": str(work / "data"), "PRISM_SHARD_SIZE": str(SHARD),
                     "HF_HUB_OFFLINE": "1"}
         self.n = 0
+        self.live: list[subprocess.Popen] = []
         self.stats = {"rounds": 0, "kills": 0, "phases": {}, "cells_reused": 0, "cells_total": 0,
                       "tiles_saved": 0, "tiles_total": 0, "differences": [], "concurrent_runs": 0,
-                      "evictions": 0, "verifies": 0}
+                      "evictions": 0, "verifies": 0, "env_changes": 0}
 
     # -- processes ----------------------------------------------------------
     def start(self, cache: Path, out: Path) -> subprocess.Popen:
@@ -65,7 +66,18 @@ class Chaos:
         p = subprocess.Popen(cli() + ARGS + ["--cache-dir", str(cache), "--output", str(out)], env=self.env,
                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         p.log = log  # type: ignore[attr-defined]
+        self.live.append(p)
         return p
+
+    def kill_all(self) -> None:
+        """On the way out (Ctrl-C, error): stop every run this script started, by process group."""
+        for p in self.live:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
 
     def finish(self, p: subprocess.Popen, timeout: float = 900) -> str:
         p.wait(timeout)
@@ -140,16 +152,33 @@ class Chaos:
             ids.add(json.loads(p.read_text())["run_id"])
         return ids
 
-    def compare(self, out: Path, what: str) -> None:
+    @staticmethod
+    def plugins_of(out: Path):
+        for p in sorted((out / "cells").glob("*.json")):
+            return (json.loads(p.read_text()).get("inputs") or {}).get("plugins")
+        return None
+
+    def env_changed(self, out: Path) -> bool:
+        """Another process (pip install in a shared venv) changed the metric plugins mid-round."""
+        return self.plugins_of(out) != self.ref_plugins
+
+    def compare(self, out: Path, what: str) -> bool:
         runs = out / "runs.csv"
-        if not runs.exists() or runs.read_bytes() != self.ref:
-            self.stats["differences"].append(f"{what}: runs.csv differs from the uninterrupted run")
+        if runs.exists() and runs.read_bytes() == self.ref:
+            return True
+        if runs.exists() and self.env_changed(out):
+            self.stats["env_changes"] += 1
+            print(f"  ({what}: the set of metric plugins changed under us: round not counted)", flush=True)
+            return False
+        self.stats["differences"].append(f"{what}: runs.csv differs from the uninterrupted run")
+        return False
 
     # -- rounds -------------------------------------------------------------
     def reference(self) -> None:
         cache, out = self.work / "ref-cache", self.work / "ref"
         self.t_cold = self.run(cache, out)
         self.ref = (out / "runs.csv").read_bytes()
+        self.ref_plugins = self.plugins_of(out)
         s = json.loads((out / "summary.json").read_text())
         self.n_cells, self.n_tiles = s["n_runs"], s["timings"]["extracted_tiles"]
         self.warm_cache = cache
@@ -174,7 +203,8 @@ class Chaos:
         before_cells, before_tiles = self.saved_cells(out), self.tiles_done(cache)
         self.run(cache, out)
         s = json.loads((out / "summary.json").read_text())
-        self.compare(out, f"round {k}")
+        if not self.compare(out, f"round {k}") and self.env_changed(out):
+            return
         if set(s["reused_cells"]) != before_cells:
             self.stats["differences"].append(f"round {k}: reused {sorted(s['reused_cells'])}, saved {sorted(before_cells)}")
         extracted = s["timings"]["extracted_tiles"]
@@ -225,8 +255,9 @@ class Chaos:
             self.finish(p)
         stop.set()
         t.join()
-        for o in sorted(set(outs)):
-            self.compare(o, f"round {k} concurrent {o.name}")
+        if not all([self.compare(o, f"round {k} concurrent {o.name}") for o in sorted(set(outs))]):
+            if any(self.env_changed(o) for o in outs):
+                return
         bad = [e.key[:12] for e in self.entries(cache) if e.exists() and e.check() is not None]
         if bad or counts["errors"]:
             self.stats["differences"].append(f"round {k}: corrupt entries {bad}, cache command errors {counts['errors']}")
@@ -251,21 +282,26 @@ def main(argv=None) -> int:
     os.environ["PRISM_CACHE_DIR"] = str(work / "data")
     chaos = Chaos(work, args.seed)
     t0 = time.monotonic()
-    chaos.reference()
     kinds = ["kill", "grid-kill", "kill", "concurrent"]
-    for k in range(1, args.rounds + 1):
-        kind = kinds[(k - 1) % len(kinds)]
-        if kind == "concurrent":
-            chaos.concurrent_round(k)
-        else:
-            chaos.kill_round(k, warm=kind == "grid-kill")
-        chaos.stats["rounds"] += 1
+    try:
+        chaos.reference()
+        for k in range(1, args.rounds + 1):
+            kind = kinds[(k - 1) % len(kinds)]
+            if kind == "concurrent":
+                chaos.concurrent_round(k)
+            else:
+                chaos.kill_round(k, warm=kind == "grid-kill")
+            chaos.stats["rounds"] += 1
+    finally:
+        chaos.kill_all()
     s = chaos.stats
     print(f"\nchaos: {s['rounds']} rounds in {time.monotonic() - t0:.0f} s; {s['kills']} SIGKILLs landed "
           f"({', '.join(f'{v} {k}' for k, v in sorted(s['phases'].items()))}); {s['concurrent_runs']} concurrent runs "
           f"with {s['verifies']} verify and {s['evictions']} evictions beside them")
     print(f"resume reused {s['cells_reused']} of {s['cells_total']} cells and {s['tiles_saved']} of "
-          f"{s['tiles_total']} tiles; differences found: {len(s['differences'])}")
+          f"{s['tiles_total']} tiles; differences found: {len(s['differences'])}"
+          + (f"; {s['env_changes']} round(s) not counted (plugins changed by another process)"
+             if s["env_changes"] else ""))
     for d in s["differences"]:
         print("  DIFFERENCE:", d)
     if args.workdir is None:

@@ -6,7 +6,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from tests.conftest import prism_run
 from tests.reliability.conftest import SECRET
