@@ -121,17 +121,28 @@ def tables_from_results(paths) -> RunTables:
     """Combine runs.csv files of prism-run results directories into RunTables.
 
     Each row's ``reference_table`` column says which results_v2 table it
-    belongs to; columns are renamed to that table's schema.
+    belongs to; columns are renamed to that table's schema. Rows of probe
+    sweeps (``sweep_key`` set) are left out: ``prism-run sensitivity`` reads them.
     """
     parts: dict[str, list[pd.DataFrame]] = {}
+    swept = 0
     for file in find_runs_files(paths):
         df = read_run_table(file, ("model", "fraction", "seed"))
+        if "sweep_key" in df:  # probe-sensitivity variants: read by `prism-run sensitivity`, not here
+            is_sweep = df["sweep_key"].notna()
+            swept += int(is_sweep.sum())
+            df = df[~is_sweep]
+            if df.empty:
+                continue
         table_col = df["reference_table"] if "reference_table" in df else pd.Series("indomain", index=df.index)
         for table, rows in df.groupby(table_col, sort=False):
             if table not in REFERENCE_FILES:
                 raise PrismError(f"{file}: unknown reference_table {table!r}")
             rows = rows.drop(columns=[c for c in RESULTS_DROPS.get(table, ()) if c in rows])
             parts.setdefault(table, []).append(rows.rename(columns=RESULTS_RENAMES.get(table, {})))
+    if not parts:
+        raise PrismError(f"the results given hold only {swept} probe-sweep run(s); "
+                         "read them with `prism-run sensitivity DIR`")
     out = {}
     for table, frames in parts.items():
         df = pd.concat(frames, ignore_index=True)

@@ -162,3 +162,17 @@ def test_report_section_several_models_draws_dendrogram_and_radar(tmp_path):
     table = sec.tables["geometry_auroc_clustering"]
     assert list(table["model"]) == order
     assert any("alignment" in n for n in sec.not_shown)  # these hand-made runs have no cached embeddings
+
+
+def test_radar_on_the_published_tables_matches_their_cri_components(reference_dir):
+    """AUROC and OOD-stability axes against the shipped cri_variants_100.csv (an independent computation)."""
+    ind = pd.read_csv(reference_dir / "indomain_all_v2.csv").assign(reference_table="indomain")
+    tr = pd.read_csv(reference_dir / "ood_all_v2.csv").assign(reference_table="transfer")
+    radar = geo.radar_data(pd.concat([ind, tr], ignore_index=True), 1.0)
+    published = pd.read_csv(reference_dir / "cri_variants_100.csv", index_col="model")
+    assert list(radar.index) == list(published.index)
+    assert np.allclose(radar["auroc"], published["auroc"], atol=1e-12)
+    assert np.allclose(radar["ood_stability"], published["ood_stability"], atol=1e-12)
+    matrix = geo.auroc_matrix(ind, 1.0)
+    assert matrix.shape == (8, 6) and list(matrix.columns)[:2] == ["PCam", "BRACS"]
+    assert sorted(geo.cluster_order(matrix)["order"]) == sorted(matrix.index)

@@ -44,12 +44,16 @@ afterwards. Two fits with the same seed and data give identical outputs, on any
 machine with the same torch build. One thread is also the fastest choice for
 probe-sized problems (thousands of rows); for very large training splits set
 ``threads: 0`` (torch's default pool) or more, at the price of results that may
-then depend on the thread count.
+then depend on the thread count. ``device: cuda`` is offered for large splits;
+it requests deterministic algorithms in warn-only mode (and sets
+``CUBLAS_WORKSPACE_CONFIG`` if unset), so bit-identical repeats are promised on
+the CPU only.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -199,8 +203,16 @@ class MLPProbe:
 
         device = torch.device(self.device)
         was_deterministic = torch.are_deterministic_algorithms_enabled()
+        was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
         was_threads = torch.get_num_threads()
-        torch.use_deterministic_algorithms(True)
+        if device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise PrismError(f"probe.device: {self.device!r} requested but CUDA is not available; use cpu")
+            # cuBLAS is only deterministic with a fixed workspace; without it, warn instead of failing
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        else:
+            torch.use_deterministic_algorithms(True)
         if self.threads:
             torch.set_num_threads(self.threads)
         try:
@@ -259,7 +271,7 @@ class MLPProbe:
                 self.best_epoch = self.epochs_run
             net.eval()
         finally:
-            torch.use_deterministic_algorithms(was_deterministic)
+            torch.use_deterministic_algorithms(was_deterministic, warn_only=was_warn_only)
             if torch.get_num_threads() != was_threads:
                 torch.set_num_threads(was_threads)
         self._net = net

@@ -38,11 +38,9 @@ PAPER_C_LINE = ("The PRISM paper (PROTOCOL §6.17, 8 models, 3 datasets × 3 fra
 
 # --------------------------------------------------------------------------- helpers
 def _matplotlib() -> bool:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _figure(w: float, h: float, **kw):
@@ -361,7 +359,8 @@ def geometry_section(view) -> ReportSection | None:
                      "overlap of each sample's k nearest neighbours, cosine distance; 1 = the same neighbourhoods, "
                      f"the chance level is given per panel). Matrices {source}.")
         for name, m in matrices.items():
-            tables[f"geometry_alignment_{name}"] = m.reset_index().rename(columns={m.index.name or "index": "model"})
+            safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(name)).strip(".") or "_"
+            tables[f"geometry_alignment_{safe}"] = m.reset_index().rename(columns={m.index.name or "index": "model"})
             chance = m.attrs.get("chance")
             parts.append(f"*{name}* (k = {m.attrs.get('k', '?')}, N = {m.attrs.get('n_samples', '?')}"
                          + (f", chance level {chance:.3f}" if chance is not None else "") + "):\n\n"

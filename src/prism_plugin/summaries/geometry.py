@@ -226,7 +226,9 @@ def _indomain_rows(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     df = runs
     if "reference_table" in df.columns:
-        df = df.loc[~df["reference_table"].fillna("indomain").astype(str).str.contains("transfer")]
+        table = df["reference_table"].fillna("indomain").astype(str)
+        main = df.loc[table == "indomain"]  # the main in-distribution table (not its propval / Camelyon17 twins)
+        df = main if len(main) else df.loc[~table.str.contains("transfer")]
     if "probe" in df.columns:  # the protocol's probe only (sweep / MLP variants stay out of the comparison)
         df = df.loc[df["probe"].fillna("logistic") == "logistic"]
     if "probe_C" in df.columns:

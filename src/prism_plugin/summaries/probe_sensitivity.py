@@ -30,7 +30,6 @@ twice (e.g. a plain run and the C = 1 variant of a sweep) counts once.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 

@@ -177,9 +177,10 @@ def _reset_replaced_source(located: Located) -> Located:
     from prism_plugin.data.sources import COMMON_OPTIONS, SOURCE_TYPES, source_class
 
     source = located.data.get("source")
-    if not isinstance(source, dict) or "source.type" not in located.files or source.get("type") not in SOURCE_TYPES:
+    kind = source.get("type") if isinstance(source, dict) else None
+    if not isinstance(kind, str) or kind not in SOURCE_TYPES or "source.type" not in located.files:
         return located
-    accepted = set(source_class(source["type"]).OPTIONS) | COMMON_OPTIONS
+    accepted = set(source_class(kind).OPTIONS) | COMMON_OPTIONS
     own = located.file.resolve()
     type_rank = _rank(located.files.get("source.type"), own)
     drop = [k for k in source if k != "type" and k not in accepted
