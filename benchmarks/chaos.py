@@ -92,13 +92,36 @@ class Chaos:
         self.finish(self.start(cache, out))
         return time.monotonic() - t0
 
-    def kill_after(self, p: subprocess.Popen, seconds: float, cache: Path, out: Path) -> str:
+    def kill_point(self, warm: bool) -> tuple[str, float]:
+        """A random kill point: a moment after start, or just after the i-th shard or j-th cell is
+        written (+ a random 0-0.3 s), so kills land in every phase whatever the machine's speed."""
+        events = [("cell", j) for j in range(1, self.n_cells)]
+        if not warm:
+            events += [("shard", i) for i in range(1, self.n_shards)] + [("time", 0)] * 4
+        kind, n = self.rng.choice(events)
+        if kind == "time":
+            return "time", self.rng.uniform(0.5, 0.5 * self.t_cold)
+        return kind, n + self.rng.uniform(0.0, 0.3)  # integer part: count; fraction: delay in s
+
+    def kill_after(self, p: subprocess.Popen, point: tuple[str, float], cache: Path, out: Path) -> str:
+        kind, value = point
         t0 = time.monotonic()
-        while time.monotonic() - t0 < seconds:
+        count, delay = int(value), value - int(value)
+
+        def reached() -> bool:
+            if kind == "time":
+                return time.monotonic() - t0 >= value
+            if kind == "shard":
+                return self.shards_written(cache) >= count
+            return len(list((out / "cells").glob("*.json"))) >= count
+
+        while not reached():
             if p.poll() is not None:
                 p.log.close()
                 return "finished first"
-            time.sleep(0.01)
+            time.sleep(0.005)
+        if kind != "time":
+            time.sleep(delay)
         phase = self.phase(cache, out)
         try:
             os.killpg(p.pid, signal.SIGKILL)
@@ -137,6 +160,18 @@ class Chaos:
                     except (OSError, ValueError, KeyError):
                         pass
         return done
+
+    def shards_written(self, cache: Path) -> int:
+        n = 0
+        for e in self.entries(cache):
+            if e.exists():
+                try:
+                    n += int(e.manifest().get("n_shards", 0))
+                except Exception:  # noqa: BLE001 - removed meanwhile
+                    pass
+            else:
+                n += len(e.shards_on_disk())
+        return n
 
     def phase(self, cache: Path, out: Path) -> str:
         entries = self.entries(cache)
@@ -181,6 +216,7 @@ class Chaos:
         self.ref_plugins = self.plugins_of(out)
         s = json.loads((out / "summary.json").read_text())
         self.n_cells, self.n_tiles = s["n_runs"], s["timings"]["extracted_tiles"]
+        self.n_shards = sum(-(-int(e.manifest()["n"]) // SHARD) for e in self.entries(cache))
         self.warm_cache = cache
         t0 = time.monotonic()
         self.run(cache, self.work / "ref-warm")
@@ -195,14 +231,16 @@ class Chaos:
             shutil.copytree(self.warm_cache / "embeddings", cache / "embeddings",
                             ignore=shutil.ignore_patterns("*.lock", ".trash"))
         out = self.work / f"o{k}"
-        window = self.t_warm if warm else self.t_cold
         phases = []
         for _ in range(1 if warm else self.rng.randint(1, 3)):
-            lo = 0.55 * window if warm else 0.3
-            phases.append(self.kill_after(self.start(cache, out), self.rng.uniform(lo, window), cache, out))
+            phases.append(self.kill_after(self.start(cache, out), self.kill_point(warm), cache, out))
         before_cells, before_tiles = self.saved_cells(out), self.tiles_done(cache)
         self.run(cache, out)
         s = json.loads((out / "summary.json").read_text())
+        if any("metric plugins changed" in x["reason"] for x in s.get("stale_cells", [])):
+            self.stats["env_changes"] += 1  # a pip install in the shared venv between our runs
+            print(f"  (round {k}: the set of metric plugins changed between runs: round not counted)", flush=True)
+            return
         if not self.compare(out, f"round {k}") and self.env_changed(out):
             return
         if set(s["reused_cells"]) != before_cells:
@@ -266,7 +304,7 @@ class Chaos:
         self.stats["concurrent_runs"] += len(procs)
         self.stats["verifies"] += counts["verify"]
         print(f"round {k:2d} concurrent 3 runs + {counts['verify']} verify / {counts['rm']} rm: "
-              f"{extracted} tiles embedded by the 2 surviving summaries -> "
+              f"{extracted} tiles embedded per the last summary of each folder -> "
               f"{'identical' if all((o / 'runs.csv').read_bytes() == self.ref for o in outs) else 'DIFFERENT'}",
               flush=True)
 

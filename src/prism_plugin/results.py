@@ -35,7 +35,7 @@ LEADING_COLUMNS = [
     "nll", "nll_scaled",
 ]
 TRAILING_COLUMNS = [
-    "n_val", "n_val_prop", "forced_val_classes", "n_test", "task", "adapter", "probe", "probe_converged",
+    "n_val", "n_val_prop", "forced_val_classes", "n_test", "task", "adapter", "probe", "probe_converged", "probe_backend",
     "reference_table",
 ]
 

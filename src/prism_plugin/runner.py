@@ -308,7 +308,8 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     ident = {"reference_table": table, "task": task.name, "adapter": adapter.name, "model": adapter.display_name, "dataset": task.dataset,
              "class_names": task.class_names, "columns": columns,
              "meta": {"kind": task.kind, "src": task.src, "tgt": task.tgt, "pair": task.pair,
-                      "results_dir": str(results.path)}}
+                      "results_dir": str(results.path), "adaptation": task.adaptation, "priors": task.priors},
+             "artifact_dir": results.path / "artifacts"}
     t_grid = time.perf_counter()
     def save(key, row) -> None:
         results.save_cell(task.name, key.id, fingerprint, row, parts)

@@ -219,8 +219,6 @@ def test_prism_run_transfer_then_audit(tmp_path):
     assert (knn["probe"] == "knn1").all() and knn["gain_shot_im"].isna().all()
 
 
-@pytest.mark.xfail(strict=False, reason="needs runner.run_job to pass task.adaptation / task.priors in ident['meta'] "
-                                        "and ident['artifact_dir'] = <results>/artifacts (see the adaptation README)")
 def test_prism_run_passes_priors_and_artifacts_to_the_plugin(tmp_path):
     tasks = tmp_path / "tasks"
     tasks.mkdir()

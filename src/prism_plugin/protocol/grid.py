@@ -69,6 +69,7 @@ class _Fit:
     test: ProbeOutput
     converged: bool | None
     seconds: float
+    backend: str | None = None
     head: Any = None
 
 
@@ -115,6 +116,7 @@ def run_grid(
                 val=head.evaluate(val.X) if val is not None else None,
                 test=head.evaluate(test.X),
                 converged=getattr(head, "converged", None),
+                backend=getattr(head, "backend", None),
                 seconds=time.perf_counter() - t0,
                 head=head,
             )
@@ -198,6 +200,7 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
         "n_test": len(test),
         "probe": head_kind,
         "probe_converged": fit.converged,
+        "probe_backend": fit.backend,
         "reference_table": ident.get("reference_table", "indomain"),
     })
     return row

@@ -37,6 +37,7 @@ GROUP_KEYS = frozenset({"group", "description", "tasks", "include", "tags", *PRO
 FORWARDED_TO_MEMBERS = ("split",)
 MAX_PROBLEMS = 25
 SET_FILE = Path("--set")
+_WHERE_ONLY = object()  # an inherited entry that only says where a parent key was written
 
 
 @dataclass(frozen=True)
@@ -202,10 +203,15 @@ def _inherit(located: Located, inherited: dict[str, tuple[Any, Path, int]]) -> L
     data = copy.deepcopy(located.data)
     lines, files = dict(located.lines), dict(located.files)
     for path, (value, gfile, gline) in inherited.items():
-        if _rank(files.get(path), own) >= 2:
+        if value is _WHERE_ONLY or _rank(files.get(path), own) >= 2:
             continue
         _set_path(data, path, value)
         lines[path], files[path] = gline, gfile
+        parts = path.split(".")
+        for i in range(1, len(parts)):  # parent keys point at the group too (for errors about the whole value)
+            parent = ".".join(parts[:i])
+            if parent in inherited and _rank(files.get(parent), own) < 2:
+                lines[parent], files[parent] = inherited[parent][2], inherited[parent][1]
     return Located(data, located.file, lines, files)
 
 
@@ -470,6 +476,9 @@ class TaskIndex:
                 for path, value in _leaves(d[key], key):
                     own[path] = (value, located.files.get(path, located.files.get(key, file)),
                                  located.lines.get(path, located.lines.get(key, 0)))
+                for path in located.lines:
+                    if _is_parent(key, path) and path not in own:
+                        own[path] = (_WHERE_ONLY, located.files.get(path, file), located.lines[path])
         merged = {**inherited, **own}
         item_lines = _item_lines(file, "tasks") if located.files.get("tasks", file) == file else []
         here = stack + (name,)
