@@ -110,7 +110,7 @@ def test_readers_never_see_a_torn_entry_while_it_is_removed_and_rewritten(tmp_pa
 
     def evictor():
         try:
-            for _ in range(8):
+            for _ in range(5):
                 e = cache.entry("adapter", "data", "train")
                 assert e.remove(timeout=10)
                 with e.lock():
@@ -121,7 +121,7 @@ def test_readers_never_see_a_torn_entry_while_it_is_removed_and_rewritten(tmp_pa
         finally:
             stop.set()
 
-    threads = [threading.Thread(target=reader) for _ in range(3)] + [threading.Thread(target=evictor)]
+    threads = [threading.Thread(target=reader) for _ in range(2)] + [threading.Thread(target=evictor)]
     for t in threads:
         t.start()
     for t in threads:

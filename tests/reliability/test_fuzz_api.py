@@ -28,7 +28,7 @@ from prism_plugin.api import evaluate
 from prism_plugin.errors import PrismError
 
 COUNTS = {"examples": 0, "tables": 0, "errors": 0}
-FUZZ = settings(max_examples=int(os.environ.get("PRISM_FUZZ_EXAMPLES", "200")), deadline=None, database=None,
+FUZZ = settings(max_examples=int(os.environ.get("PRISM_FUZZ_EXAMPLES", "500")), deadline=None, database=None,
                 derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 NAMES = ("train", "val", "test", "n_classes", "label_fractions", "seeds", "C", "max_iter", "ece_bins",
          "binary_logits", "proportional_val", "probe", "features", "labels", "class")
@@ -109,7 +109,7 @@ ARRAY_MUTATIONS = {
     "nan": lambda s, sp, r: _set(s, sp, X=_with(s[sp][0], np.nan, r)),
     "inf": lambda s, sp, r: _set(s, sp, X=_with(s[sp][0], -np.inf, r)),
     "huge64": lambda s, sp, r: _set(s, sp, X=_with(np.asarray(s[sp][0], np.float64), 1e39, r)),
-    "big32": lambda s, sp, r: _set(s, sp, X=np.asarray(s[sp][0], np.float32) * np.float32(1e30)),
+    "big32": lambda s, sp, r: _set(s, sp, X=_scaled(s[sp][0], 1e30)),
     "float16": lambda s, sp, r: _set(s, sp, X=np.asarray(s[sp][0]).astype(np.float16)),
     "float64": lambda s, sp, r: _set(s, sp, X=np.asarray(s[sp][0]).astype(np.float64)),
     "int8": lambda s, sp, r: _set(s, sp, X=(np.asarray(s[sp][0]) * 10).astype(np.int8)),
@@ -159,6 +159,11 @@ ARG_VALUES = {
     "binary_logits": ["symmetric", "natural", "x", None, 3],
     "proportional_val": [False, True, "yes", None],
 }
+
+
+def _scaled(arr, factor):
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray(arr, np.float32) * np.float32(factor)
 
 
 def _with(arr, value, rng):

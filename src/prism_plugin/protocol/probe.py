@@ -113,7 +113,7 @@ class LogisticProbe:
             from prism_plugin.protocol.torch_probe import decision_function
 
             assert self.torch_fit is not None, "fit() first"
-            decision = decision_function(X, self.torch_fit.coef, self.torch_fit.intercept, self.device, PREDICT_CHUNK)
+            decision = decision_function(X, self.torch_fit.coef, self.torch_fit.intercept, self.device)
         else:
             assert self.model is not None, "fit() first"
             parts = []

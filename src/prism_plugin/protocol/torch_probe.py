@@ -83,16 +83,16 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
 
 @contextmanager
 def _exact_fp32(device: torch.device) -> Iterator[None]:
-    """No TF32 in float32 matmuls while fitting on CUDA (the previous setting is restored)."""
-    if device.type != "cuda":
-        yield
-        return
-    old = torch.backends.cuda.matmul.allow_tf32
+    """Full-precision float32 matmuls (no TF32 / bf16 shortcuts) while fitting; settings restored."""
+    old_precision = torch.get_float32_matmul_precision()
+    old_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.set_float32_matmul_precision("highest")
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
+        torch.set_float32_matmul_precision(old_precision)
+        torch.backends.cuda.matmul.allow_tf32 = old_tf32
 
 
 def _as_tensor(X: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -339,13 +339,17 @@ def _line_search(prob, theta, z, u, f, d, gd, max_trials=25):
 
 
 def decision_function(X: np.ndarray, coef: np.ndarray, intercept: np.ndarray,
-                      device: str | torch.device | None = "auto", chunk_rows: int = 20_000) -> np.ndarray:
-    """``X @ coef.T + intercept`` in float64 over float32 row chunks; 1-D when ``coef`` has one row."""
+                      device: str | torch.device | None = "auto", chunk_rows: int = 4096) -> np.ndarray:
+    """``X @ coef.T + intercept`` in float64; 1-D when ``coef`` has one row.
+
+    Rows are promoted to float64 ``chunk_rows`` at a time (a bounded buffer,
+    never a float64 copy of the matrix).
+    """
     dev = resolve_device(device)
     W = torch.from_numpy(np.ascontiguousarray(coef, dtype=np.float64)).to(dev)
     b = torch.from_numpy(np.ascontiguousarray(intercept, dtype=np.float64)).to(dev)
     out = np.empty((X.shape[0], W.shape[0]), dtype=np.float64)
-    with torch.no_grad():
+    with _exact_fp32(dev), torch.no_grad():
         for a in range(0, X.shape[0], chunk_rows):
             Xc = _as_tensor(np.asarray(X[a:a + chunk_rows], dtype=np.float32), dev).to(torch.float64)
             out[a:a + chunk_rows] = (Xc @ W.T + b).cpu().numpy()
