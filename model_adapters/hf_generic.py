@@ -72,8 +72,10 @@ class HFVisionAdapter(Adapter):
     licence = "per model (see the hub card)"
 
     def __init__(self, repo: str, *, pooling: Any = "cls", pretrained: Any = True, revision: Any = None,
-                 dtype: Any = "fp32", seed: Any = 0, **base: Any):
+                 dtype: Any = "fp32", seed: Any = 0, trust_remote_code: Any = False, **base: Any):
         super().__init__(**base)
+        # Off unless the user asks: it would execute Python shipped inside the model repository.
+        self.trust_remote_code = parse_bool(trust_remote_code, "trust_remote_code")
         if not repo:
             raise PrismError("--model hf:<repo> needs a hub id or a local folder, e.g. hf:owkin/phikon-v2")
         transformers = require_transformers(f"hf:{repo}")
@@ -91,7 +93,8 @@ class HFVisionAdapter(Adapter):
         self.seed = parse_int(seed, "seed", 0)
         config_path = self._file("config.json", required=True)
         self.config_dict = json.loads(config_path.read_text())
-        self.hf_config = transformers.AutoConfig.from_pretrained(str(config_path.parent))
+        self.hf_config = transformers.AutoConfig.from_pretrained(str(config_path.parent),
+                                                                 trust_remote_code=self.trust_remote_code)
         vision = getattr(self.hf_config, "vision_config", None) or self.hf_config
         self.vision_config = vision
         width = getattr(vision, "hidden_size", None) or getattr(vision, "embed_dim", None)
@@ -107,7 +110,7 @@ class HFVisionAdapter(Adapter):
 
     @classmethod
     def accepted_args(cls) -> set[str]:
-        return super().accepted_args() | {"pooling", "pretrained", "revision", "dtype", "seed"}
+        return super().accepted_args() | {"pooling", "pretrained", "revision", "dtype", "seed", "trust_remote_code"}
 
     def _file(self, filename: str, *, required: bool) -> Path | None:
         if self.local:
@@ -149,13 +152,14 @@ class HFVisionAdapter(Adapter):
         has_vision_tower = getattr(self.hf_config, "vision_config", None) is not None
         if not self.pretrained:
             with torch.device(device):
-                model = transformers.AutoModel.from_config(self.hf_config)
+                model = transformers.AutoModel.from_config(self.hf_config, trust_remote_code=self.trust_remote_code)
         else:
             if not self.local:
                 prepare_hub()
             source = str(Path(self.repo).expanduser()) if self.local else self.repo
             try:
-                model = transformers.AutoModel.from_pretrained(source, revision=self.revision)
+                model = transformers.AutoModel.from_pretrained(source, revision=self.revision,
+                                                               trust_remote_code=self.trust_remote_code)
             except Exception as exc:  # noqa: BLE001 - one clear error instead of a traceback
                 if self.local:
                     raise PrismError(f"hf:{self.repo}: cannot load the model ({type(exc).__name__}: "

@@ -50,3 +50,13 @@ def prism_run(*args: str, cwd: Path | None = None, env: dict | None = None, time
 @pytest.fixture
 def run_cli():
     return prism_run
+
+
+@pytest.fixture(scope="module")
+def reference_tables():
+    """The published per-run tables as RunTables (skips when ../shared is absent)."""
+    from prism_plugin.tables import RunTables
+
+    if not (REFERENCE / "indomain_all_v2.csv").exists():
+        pytest.skip(f"reference tables not found under {REFERENCE} (set PRISM_SHARED)")
+    return RunTables.from_reference_dir(REFERENCE)

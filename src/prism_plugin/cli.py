@@ -169,7 +169,8 @@ def cmd_validate(args) -> int:
                   f"{len(task.label_fractions)} fractions x {len(task.seeds)} seeds")
         except PrismError as exc:
             failures += 1
-            print(f"error  {exc}", file=sys.stderr)
+            for problem in str(exc).splitlines():  # validate lists every problem, one per line
+                print(f"error  {problem}", file=sys.stderr)
     return 1 if failures else 0
 
 
@@ -263,7 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PrismError as exc:
         if debug:
             raise
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        problems = str(exc).splitlines() or [type(exc).__name__]
+        more = (f" (and {len(problems) - 1} more problem(s): `{PROG} validate` lists every one)"
+                if len(problems) > 1 else "")
+        print(f"{PROG}: error: {problems[0]}{more}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; finished runs are kept, rerun the same command to resume", file=sys.stderr)

@@ -104,8 +104,11 @@ def probe_heads(register: Callable[..., None]) -> None:
     """Register probe heads by calling ``register(kind, factory)``.
 
     ``factory(seed=..., **settings)`` returns an object with ``fit(X, y)`` and
-    ``decision_values(X) -> (N, K) logits`` in the binary logit convention.
-    The PRISM logistic probe (kind ``logistic``) is built in.
+    ``evaluate(X) -> ProbeOutput(decision, proba)`` (see
+    :mod:`prism_plugin.protocol.probe`): ``decision`` is ``(N,)`` for a binary
+    head (turned into ``[-d, d]`` logits by the grid) or ``(N, K)`` logits, and
+    ``proba`` the head's own probabilities. The PRISM logistic probe (kind
+    ``logistic``) is built in.
     """
 
 

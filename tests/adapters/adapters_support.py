@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = Path(os.environ.get("PRISM_SHARED", REPO.parent / "shared"))
 
 #: --model name -> display name, as in PROTOCOL §1.1
 EIGHT = {"clip": "CLIP", "plip": "PLIP", "conch": "CONCH", "uni": "UNI", "virchow2": "VIRCHOW2",

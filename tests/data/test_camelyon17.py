@@ -4,8 +4,6 @@ split files of the PRISM release, and the load-time L2 normalisation."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,7 +13,7 @@ import pytest
 from prism_plugin.data import camelyon17 as c17
 from prism_plugin.errors import PrismError
 
-SHARED = Path(os.environ.get("PRISM_SHARED", Path(__file__).resolve().parents[3] / "shared"))
+from tests.conftest import SHARED
 SPLIT_DIR = SHARED / "reference" / "camelyon17"
 
 

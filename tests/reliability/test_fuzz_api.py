@@ -28,7 +28,7 @@ from prism_plugin.api import evaluate
 from prism_plugin.errors import PrismError
 
 COUNTS = {"examples": 0, "tables": 0, "errors": 0}
-FUZZ = settings(max_examples=int(os.environ.get("PRISM_FUZZ_EXAMPLES", "500")), deadline=None, database=None,
+FUZZ = settings(max_examples=int(os.environ.get("PRISM_FUZZ_EXAMPLES", "300")), deadline=None, database=None,
                 derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 NAMES = ("train", "val", "test", "n_classes", "label_fractions", "seeds", "C", "max_iter", "ece_bins",
          "binary_logits", "proportional_val", "probe", "features", "labels", "class")
@@ -90,7 +90,8 @@ def check_table(df, fractions, seeds):
     for col in ("ece_fixed", "brier", "nll"):
         if col in df:
             v = pd.to_numeric(df[col], errors="coerce")
-            assert (v.isna() | ((v >= 0) & np.isfinite(v))).all(), (col, v.tolist())
+            # nll = -mean(log(p + 1e-12)) (PROTOCOL): a perfectly confident fit gives -1e-12
+            assert (v.isna() | ((v >= -1e-11) & np.isfinite(v))).all(), (col, v.tolist())
     a = pd.to_numeric(df["auroc"], errors="coerce")
     assert (a.isna() | ((a >= 0) & (a <= 1))).all()
 
@@ -188,7 +189,12 @@ def fuzz_case(draw):
             SPLIT_ONLY[name](splits)
         else:
             split = draw(st.sampled_from(["train", "val", "test"]))
-            ARRAY_MUTATIONS[name](splits, split, rng)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # NaN cast to int8 etc.: the damage we want
+                    ARRAY_MUTATIONS[name](splits, split, rng)
+            except (ValueError, TypeError, IndexError):
+                continue  # this damage does not compose with an earlier one (e.g. a ragged list); skip it
             name = f"{name}@{split}"
         names.append(name)
     kwargs = {}

@@ -25,7 +25,7 @@ from prism_plugin.tasks.index import TaskIndex
 from prism_plugin.tasks.schema import TaskConfig
 
 COUNTS = {"text": 0, "mutated": 0, "overrides": 0}
-FUZZ = settings(max_examples=int(__import__("os").environ.get("PRISM_FUZZ_EXAMPLES", "500")), deadline=None, database=None, derandomize=True,
+FUZZ = settings(max_examples=int(__import__("os").environ.get("PRISM_FUZZ_EXAMPLES", "400")), deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 BASE = {

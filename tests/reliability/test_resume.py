@@ -213,7 +213,18 @@ def test_truncated_runs_csv_and_cells_are_recomputed(resumable, ref, capsys, mon
     assert runs.read_bytes() == ref["runs"]
 
 
-def test_corrupt_cache_entry_is_detected_and_recomputed(resumable, ref, capsys, monkeypatch):
+@pytest.fixture
+def one_torch_thread():
+    """Re-extraction in this process must match the subprocess runs (OMP_NUM_THREADS=1) bit for bit."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_corrupt_cache_entry_is_detected_and_recomputed(resumable, ref, capsys, monkeypatch, one_torch_thread):
     cache, out = resumable
     entries = EmbeddingCache(cache).entries()
     victim = next(e for e in entries if e.manifest()["provenance"]["split"] == "train")

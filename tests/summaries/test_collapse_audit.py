@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,15 +11,8 @@ from prism_plugin.errors import PrismError
 from prism_plugin.summaries import collapse_audit
 from prism_plugin.tables import RunTables
 
-SHARED = Path(os.environ.get("PRISM_SHARED", Path(__file__).resolve().parents[2] / ".." / "shared"))
+from tests.conftest import SHARED
 REFERENCE = SHARED / "reference" / "prism_results_v2"
-
-
-@pytest.fixture(scope="module")
-def reference_tables() -> RunTables:
-    if not (REFERENCE / "indomain_all_v2.csv").exists():
-        pytest.skip(f"reference tables not found under {REFERENCE} (set PRISM_SHARED)")
-    return RunTables.from_reference_dir(REFERENCE)
 
 
 def test_reference_audit_has_28_plus_119_rows(reference_tables):

@@ -4,8 +4,6 @@ recipes checked against literal loops, and small hand-computed tables."""
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,17 +15,10 @@ import prism_plugin.hookspecs as hookspecs
 from prism_plugin.summaries import decoupling as dec
 from prism_plugin.tables import RunTables, SummaryOutput
 
-SHARED = Path(os.environ.get("PRISM_SHARED", Path(__file__).resolve().parents[2] / ".." / "shared"))
+from tests.conftest import SHARED
 REFERENCE = SHARED / "reference" / "prism_results_v2"
 ORDER = ["PCam", "BRACS", "CRC", "MHIST", "LungHist700", "SPIDER-Breast"]
 FRACTIONS = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0]
-
-
-@pytest.fixture(scope="module")
-def reference_tables() -> RunTables:
-    if not (REFERENCE / "indomain_all_v2.csv").exists():
-        pytest.skip(f"reference tables not found under {REFERENCE} (set PRISM_SHARED)")
-    return RunTables.from_reference_dir(REFERENCE)
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,7 +13,7 @@ import prism_plugin.hookspecs as hookspecs
 from prism_plugin.summaries import mechanism as mech
 from prism_plugin.tables import RunTables, SummaryOutput
 
-SHARED = Path(os.environ.get("PRISM_SHARED", Path(__file__).resolve().parents[2] / ".." / "shared"))
+from tests.conftest import SHARED
 REFERENCE = SHARED / "reference" / "prism_results_v2"
 MODELS = ["CLIP", "CONCH", "GigaPath", "H-Optimus-0", "MIDNIGHT", "PLIP", "UNI", "VIRCHOW2"]
 

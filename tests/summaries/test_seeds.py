@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,7 +11,7 @@ from prism_plugin.errors import PrismError
 from prism_plugin.summaries import seeds
 from prism_plugin.tables import RunTables
 
-SHARED = Path(os.environ.get("PRISM_SHARED", Path(__file__).resolve().parents[2] / ".." / "shared"))
+from tests.conftest import SHARED
 REFERENCE = SHARED / "reference" / "prism_results_v2"
 
 
