@@ -202,11 +202,15 @@ def ours_grid(train, val, test, backend: str) -> list[dict]:
 
 
 # --------------------------------------------------------------------- worker
-def _rss_now() -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+def _status(field: str) -> int:
+    """``VmRSS`` / ``VmHWM`` of this process in bytes (VmHWM is reset by exec, unlike ru_maxrss)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return 0
 
 
@@ -216,7 +220,7 @@ def worker(variant: str, data: Path, out: Path) -> None:
     import sklearn.linear_model  # noqa: F401
     import torch
 
-    baseline = _rss_now()
+    baseline = _status("VmRSS")
     train, val, test = load(data)
     feature_bytes = sum(X.nbytes for X, _ in (train, val, test))
     load1 = os.getloadavg()[0]
@@ -224,7 +228,7 @@ def worker(variant: str, data: Path, out: Path) -> None:
     rows = reference_grid(train, val, test) if variant == "reference" else \
         ours_grid(train, val, test, "sklearn" if variant == "ours" else "torch")
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = _status("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result = {
         "variant": variant, "seconds": seconds, "cpu_seconds": cpu, "peak_rss": peak, "baseline_rss": baseline,
         "feature_bytes": feature_bytes, "loadavg_start": load1, "loadavg_end": os.getloadavg()[0],
@@ -235,13 +239,23 @@ def worker(variant: str, data: Path, out: Path) -> None:
 
 
 # --------------------------------------------------------------------- parent
-def run_variant(variant: str, data: Path, work: Path) -> dict:
-    out = work / f"{data.name}-{variant}.json"
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", variant, "--data", str(data), "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+def _child(args: list[str], env: dict) -> None:
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], capture_output=True, text=True,
+                          env=env)
     if proc.returncode != 0:
-        raise SystemExit(f"variant {variant} failed:\n{proc.stderr[-4000:]}")
+        raise SystemExit(f"{' '.join(args[:2])} failed:\n{proc.stderr[-4000:]}")
+
+
+def run_variant(variant: str, data: Path, work: Path, env: dict) -> dict:
+    out = work / f"{data.name}-{variant}.json"
+    _child(["--worker", variant, "--data", str(data), "--out", str(out)], env)
     return json.loads(out.read_text())
+
+
+def run_generate(name: str, data: Path, quick: bool, env: dict) -> dict:
+    """Generate in a child process, so this one never holds the large arrays."""
+    _child(["--generate", name, "--data", str(data)] + (["--quick"] if quick else []), env)
+    return json.loads((data / "info.json").read_text())
 
 
 def column_diffs(a: list[dict], b: list[dict]) -> dict[str, float]:
@@ -271,10 +285,21 @@ def main(argv=None) -> int:
     p.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     p.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--threads", type=int, default=None,
+                   help="BLAS / OpenMP / torch threads in every variant (default: the libraries' own)")
+    p.add_argument("--generate", choices=list(DATASETS), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         worker(args.worker, args.data, args.out)
         return 0
+    if args.generate:
+        info = generate(args.data, args.generate, args.quick)
+        (args.data / "info.json").write_text(json.dumps(info))
+        return 0
+    env = dict(os.environ)
+    if args.threads:
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = str(args.threads)
     names = [n.strip() for n in args.datasets.split(",") if n.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for n in names:
@@ -288,18 +313,19 @@ def main(argv=None) -> int:
     if work is None:
         tmp = tempfile.TemporaryDirectory(prefix="bench_grid-")
         work = Path(tmp.name)
-    report = {"mode": "quick" if args.quick else "full", "machine": machine(), "datasets": {}}
+    report = {"mode": "quick" if args.quick else "full", "threads": args.threads, "machine": machine(),
+              "datasets": {}}
     t_all = time.perf_counter()
     try:
         for name in names:
             t0 = time.perf_counter()
-            info = generate(work / name, name, args.quick)
+            info = run_generate(name, work / name, args.quick, env)
             print(f"\n== {name}: {info['n_train']:,} x {DIM} train, {info['n_val']:,} val, {info['n_test']:,} test, "
                   f"K = {info['n_classes']}, features {info['feature_bytes'] / 2**30:.2f} GiB "
                   f"(generated in {time.perf_counter() - t0:.0f} s)", flush=True)
             results = {}
             for v in variants:
-                results[v] = run_variant(v, work / name, work)
+                results[v] = run_variant(v, work / name, work, env)
                 r = results[v]
                 print(f"   {v:<9} {r['seconds']:8.1f} s  cpu {r['cpu_seconds']:7.1f} s  peak RSS "
                       f"{r['peak_rss'] / 2**30:5.2f} GiB = {r['peak_rss'] / r['feature_bytes']:.2f} x features "

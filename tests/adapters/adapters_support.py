@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import SHARED  # noqa: E402,F401  (re-exported for the adapter tests)
 
 #: --model name -> display name, as in PROTOCOL §1.1
 EIGHT = {"clip": "CLIP", "plip": "PLIP", "conch": "CONCH", "uni": "UNI", "virchow2": "VIRCHOW2",

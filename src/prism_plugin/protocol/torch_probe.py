@@ -51,7 +51,7 @@ import torch
 #: Default gradient tolerance (max-abs gradient of the scaled objective).
 DEFAULT_TOL = 1e-8
 #: Rows of the feature sample the preconditioner is estimated on.
-PRECONDITIONER_ROWS = 16384
+PRECONDITIONER_ROWS = 4096
 #: L-BFGS memory.
 HISTORY = 10
 #: Iterations between exact recomputations of the logits.
@@ -109,9 +109,14 @@ def _as_tensor(X: np.ndarray, device: torch.device) -> torch.Tensor:
 
 
 def _chunk_rows(n_features: int, device: torch.device) -> int:
-    """~16 MiB of features per chunk on the CPU, ~256 MiB on a GPU."""
-    budget = (256 if device.type == "cuda" else 16) * 2**20
-    return max(256, budget // (4 * max(1, n_features)))
+    """Rows per chunk of the gradient product: ~64 MiB of features (~256 MiB on a GPU).
+
+    Each chunk's float32 product is accumulated in float64; chunks are large
+    because every torch call is a parallel region, which costs dearly on a
+    busy CPU.
+    """
+    budget = (256 if device.type == "cuda" else 64) * 2**20
+    return max(1024, budget // (4 * max(1, n_features)))
 
 
 class _Problem:
@@ -130,11 +135,9 @@ class _Problem:
         self.yf = y.to(torch.float64) if self.binary else None
 
     def _forward(self, Wt32: torch.Tensor) -> torch.Tensor:
+        # one product over all rows: each logit is a sum over the D features only
         self.passes += 1
-        out = torch.empty((self.n, Wt32.shape[1]), dtype=torch.float64, device=self.dev)
-        for a in range(0, self.n, self.chunk):
-            out[a:a + self.chunk] = self.X[a:a + self.chunk] @ Wt32
-        return out
+        return (self.X @ Wt32).to(torch.float64)
 
     def logits(self, theta: torch.Tensor) -> torch.Tensor:
         """``X W^T + b`` with W resolved to ~1e-14 (split into float32 hi + lo)."""
@@ -176,9 +179,10 @@ class _Problem:
 class _Preconditioner:
     """``(alpha E[x~ x~^T] + lambda I_W)^-1`` applied to each row of [W | b], x~ = [x, 1]."""
 
-    def __init__(self, X: torch.Tensor, alpha: float, lam: float, rows: int = PRECONDITIONER_ROWS):
+    def __init__(self, X: torch.Tensor, alpha: float, lam: float, rows: int | None = None):
         n, d = X.shape
         dev = X.device
+        rows = PRECONDITIONER_ROWS if rows is None else rows
         idx = torch.linspace(0, n - 1, min(n, rows), device=dev).round().long().unique()
         m = idx.numel()
         S = torch.zeros((d + 1, d + 1), dtype=torch.float64, device=dev)
@@ -192,10 +196,11 @@ class _Preconditioner:
         S *= alpha / m
         S.diagonal()[:d] += lam
         S.diagonal().add_(1e-10 * float(S.diagonal().mean()))
-        self.L = torch.linalg.cholesky(S)
+        inv = torch.cholesky_inverse(torch.linalg.cholesky(S))
+        self.inv = 0.5 * (inv + inv.T)  # applied as one product (triangular solves are slow on the CPU)
 
     def __call__(self, v: torch.Tensor) -> torch.Tensor:
-        return torch.cholesky_solve(v.T.contiguous(), self.L).T
+        return v @ self.inv
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor) -> float:
