@@ -4,6 +4,7 @@ Reads the layout of the PRISM embedding release::
 
     <root>/<dataset key>/{train,val,test}_features.npy   (N x D float)
     <root>/<dataset key>/{train,val,test}_labels.npy     (N integers)
+    or <root>/<dataset key>/{split}.parquet (a list column ``features``, an integer ``label``)
 
 ``--model-args root=DIR`` points at ``embeddings/<model>/`` (the dataset key is
 the task's ``embeddings_key``, by default its dataset name), or
@@ -15,7 +16,6 @@ cache, but the arrays' checksums are part of the run fingerprint.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -67,31 +67,18 @@ class PrecomputedAdapter(Adapter):
         return (self.folder(dataset_key) / f"{split}_features.npy").exists()
 
     def load_split(self, dataset_key: str, split: str) -> tuple[np.ndarray, np.ndarray, str]:
-        """(features memmap, labels, fingerprint) of one split."""
+        """(features, labels, fingerprint) of one split: ``.npy`` pairs (memory-mapped) or ``.parquet``."""
+        from prism_plugin.data.sources import read_embedding_split
+
         folder = self.folder(dataset_key)
-        fpath, lpath = folder / f"{split}_features.npy", folder / f"{split}_labels.npy"
-        for p in (fpath, lpath):
-            if not p.exists():
-                raise PrismError(f"precomputed embeddings: {p} is missing")
         try:
-            X = np.load(fpath, mmap_mode="r", allow_pickle=False)
-            y = np.load(lpath, allow_pickle=False)
-        except ValueError as exc:
-            raise PrismError(f"{fpath.parent}: cannot read {split} arrays without pickle ({exc})") from None
+            return read_embedding_split(folder, split)
         except OSError as exc:
-            raise PrismError(f"{fpath.parent}: {split} arrays are unreadable ({exc})") from None
-        return X, y, file_digest(fpath) + file_digest(lpath)[:16]
+            raise PrismError(f"{folder}: {split} arrays are unreadable ({exc})") from None
 
     def config(self) -> dict[str, Any]:
         return {"adapter": self.name, "display_name": self.display_name, "normalize": self.normalize}
 
-
-def file_digest(path: Path) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def register(register) -> None:
