@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import warnings
-from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
@@ -26,6 +24,7 @@ from hypothesis import strategies as st
 
 from prism_plugin.api import evaluate
 from prism_plugin.errors import PrismError
+from tests.reliability.timeouts import time_limit as _time_limit
 
 COUNTS = {"examples": 0, "tables": 0, "errors": 0}
 FUZZ = settings(max_examples=int(os.environ.get("PRISM_FUZZ_EXAMPLES", "300")), deadline=None, database=None,
@@ -34,17 +33,8 @@ NAMES = ("train", "val", "test", "n_classes", "label_fractions", "seeds", "C", "
          "binary_logits", "proportional_val", "probe", "features", "labels", "class")
 
 
-@contextmanager
 def time_limit(seconds: int = 30):
-    def boom(*_):
-        raise TimeoutError(f"evaluate ran for more than {seconds} s")
-    old = signal.signal(signal.SIGALRM, boom)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+    return _time_limit(seconds, "evaluate()")
 
 
 def problem(n=(24, 12, 12), k=2, d=4, seed=0):

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prism_plugin.errors import PrismError
+from tests.reliability.timeouts import time_limit as _time_limit
 from prism_plugin.runner import default_output, fingerprint_parts
 from prism_plugin.tasks.index import TaskIndex
 from prism_plugin.tasks.schema import TaskConfig
@@ -46,17 +45,8 @@ BASE = {
 }
 
 
-@contextmanager
 def time_limit(seconds: int = 10):
-    def boom(*_):
-        raise TimeoutError(f"loader hung for more than {seconds} s")
-    old = signal.signal(signal.SIGALRM, boom)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+    return _time_limit(seconds, "the task loader")
 
 
 def load(folder: Path, text: str, overrides=()) -> TaskConfig | PrismError:
