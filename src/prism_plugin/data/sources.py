@@ -996,7 +996,8 @@ def read_embedding_split(folder: str | Path, split: str) -> tuple[np.ndarray, np
         except ValueError as exc:
             raise PrismError(f"{folder}: cannot read {split} arrays without pickle ({exc})") from None
         if len(X) != len(y):
-            raise PrismError(f"{folder}: {split}_features.npy has {len(X)} rows, {split}_labels.npy {len(y)}")
+            raise PrismError(f"{folder}: {split}_features.npy has {len(X)} rows but {split}_labels.npy has "
+                             f"{len(y)}; they must have equal length")
         return X, np.asarray(y).reshape(-1), file_digest(fpath) + file_digest(lpath)[:16]
     ppath = folder / f"{split}.parquet"
     if ppath.exists():

@@ -412,7 +412,29 @@ class CacheEntry:
         for stale in self.dir.glob(".*.tmp"):  # left by an extraction killed mid-write (we hold the lock)
             stale.unlink(missing_ok=True)
         atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2))
-        shutil.rmtree(self.shard_dir, ignore_errors=True)
+        self._remove_shards()
+
+    def _remove_shards(self) -> None:
+        """Delete the shard folder; tolerant of files vanishing under a concurrent remover."""
+        for _ in range(3):
+            try:
+                entries = list(self.shard_dir.iterdir())
+            except FileNotFoundError:
+                return
+            for path in entries:
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    pass
+                except IsADirectoryError:
+                    shutil.rmtree(path, ignore_errors=True)
+            try:
+                self.shard_dir.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:  # a file appeared meanwhile: list again
+                continue
 
     # -- listing ------------------------------------------------------------
     def info(self) -> dict[str, Any]:
