@@ -19,9 +19,14 @@ bytes, the maximum absolute difference of every metric column against (a)
 
 Usage::
 
-    python benchmarks/bench_grid.py --quick              # < 3 minutes, 1/10-size data
-    python benchmarks/bench_grid.py                      # PCam- and CRC-sized (long on 2 cores)
-    python benchmarks/bench_grid.py --datasets crc --variants reference,ours,torch --json out.json
+    python benchmarks/bench_grid.py --quick              # ~1 minute, 1/10-size data
+    python benchmarks/bench_grid.py                      # PCam- and CRC-sized (~12 minutes on 2 cores)
+    python benchmarks/bench_grid.py --datasets crc --variants reference,ours --json out.json
+    python benchmarks/bench_grid.py --threads 0          # the libraries' own thread counts
+
+Every variant runs with the same thread settings (``--threads``, default 1:
+OMP/OpenBLAS/MKL and torch), because scikit-learn's tol = 1e-4 result depends
+on the BLAS thread count and multi-threaded BLAS is erratic on a busy machine.
 
 Sizes: PCam-sized 262,144 x 1,536 (K = 2) + 32,768 val + 32,768 test;
 CRC-sized 70,000 x 1,536 (K = 9) + 15,000 val + 15,000 test; ``--quick``
@@ -285,8 +290,9 @@ def main(argv=None) -> int:
     p.add_argument("--worker", choices=VARIANTS, help=argparse.SUPPRESS)
     p.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
-    p.add_argument("--threads", type=int, default=None,
-                   help="BLAS / OpenMP / torch threads in every variant (default: the libraries' own)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="BLAS / OpenMP / torch threads in every variant (default 1: reproducible on a busy "
+                        "machine; 0 = the libraries' own default)")
     p.add_argument("--generate", choices=list(DATASETS), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -297,6 +303,8 @@ def main(argv=None) -> int:
         (args.data / "info.json").write_text(json.dumps(info))
         return 0
     env = dict(os.environ)
+    if args.threads < 0:
+        p.error("--threads: must be 0 (library default) or a positive count")
     if args.threads:
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = str(args.threads)

@@ -108,7 +108,10 @@ def run_grid(
                 head = factory(seed=key.seed, **head_settings)
             except TypeError as exc:
                 raise PrismError(f"probe settings {dict(head_settings)} rejected by head {head_kind!r}: {exc}") from None
-            X_sub = np.asarray(train.X[subset.indices], dtype=np.float32)
+            if len(subset.indices) == len(train):  # the whole (sorted) set: no copy of the matrix
+                X_sub = np.asarray(train.X, dtype=np.float32)
+            else:
+                X_sub = np.asarray(train.X[subset.indices], dtype=np.float32)
             head.fit(X_sub, train.y[subset.indices])
             del X_sub
             last = _Fit(
