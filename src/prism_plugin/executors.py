@@ -63,16 +63,29 @@ class GridJob:
     spec: GridSpec
     ident: Mapping[str, Any]
     disabled: tuple[str, ...] = ()
+    #: the driver's BLAS thread count: lbfgs at tol 1e-4 stops at a point that depends on it,
+    #: so every worker uses the same count as an in-process run would (Ray defaults to 1)
+    blas_threads: int | None = None
+
+
+def driver_blas_threads() -> int | None:
+    from threadpoolctl import threadpool_info
+
+    counts = [info["num_threads"] for info in threadpool_info() if info.get("user_api") == "blas"]
+    return max(counts) if counts else None
 
 
 def run_unit(job: GridJob, fraction: float, seeds: tuple[int, ...]) -> list[tuple[RunKey, dict]]:
     """Run the given seeds of one fraction (in a worker or in-process)."""
+    from threadpoolctl import threadpool_limits
+
     from prism_plugin.plugins import get_host
 
     host = get_host(job.disabled)
     spec = replace(job.spec, fractions=(fraction,), seeds=seeds)
-    rows = run_grid(job.train.materialize(), job.val.materialize() if job.val else None,
-                    job.test.materialize(), job.n_classes, spec, host, job.ident)
+    with threadpool_limits(limits=job.blas_threads, user_api="blas"):
+        rows = run_grid(job.train.materialize(), job.val.materialize() if job.val else None,
+                        job.test.materialize(), job.n_classes, spec, host, job.ident)
     return list(rows.items())
 
 

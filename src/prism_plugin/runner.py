@@ -318,10 +318,11 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     if executor is None or (executor.name == "local" and executor.jobs == 1):
         run_grid(splits["train"], splits.get("val"), splits["test"], k, spec, host, ident, skip=skip, on_row=save)
     else:
-        from prism_plugin.executors import GridJob, SplitRef, plan_units
+        from prism_plugin.executors import GridJob, SplitRef, driver_blas_threads, plan_units
 
         job = GridJob(SplitRef.of(splits["train"]), SplitRef.of(splits["val"]) if "val" in splits else None,
-                      SplitRef.of(splits["test"]), k, spec, ident, tuple(sorted(host.disabled)))
+                      SplitRef.of(splits["test"]), k, spec, ident, tuple(sorted(host.disabled)),
+                      blas_threads=driver_blas_threads())
         for key, row in executor.run(job, plan_units(spec, skip)):
             save(key, row)
     grid_seconds = time.perf_counter() - t_grid
