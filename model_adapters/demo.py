@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from prism_plugin.embed.adapter import Preprocessing
 from prism_plugin.model_adapters.timm_generic import TimmAdapter
 
 DEMO_ARCH = "vit_tiny_patch16_224"
@@ -28,5 +29,11 @@ class DemoViT(TimmAdapter):
         self.display_name = "DemoViT-Tiny"
 
 
+#: what DemoViT builds at its defaults (timm's data config of vit_tiny_patch16_224 at 96 px; checked by the tests)
+DEMO_PREPROCESSING = Preprocessing(resize=107, crop=96, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5),
+                                   interpolation="bicubic")
+
+
 def register(register) -> None:
-    register("demo_vit", DemoViT, description="ViT-Tiny at 96 px with random weights (offline demo, 192-d)")
+    register("demo_vit", DemoViT, dim=192, preprocessing=DEMO_PREPROCESSING,
+             description="ViT-Tiny at 96 px with random weights (offline demo, 192-d)")

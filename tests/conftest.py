@@ -47,6 +47,27 @@ def prism_run(*args: str, cwd: Path | None = None, env: dict | None = None, time
     return proc
 
 
+def pip_install_target(package: Path, root: Path) -> dict[str, str]:
+    """``pip install --target`` a copy of ``package`` under ``root``; the env that makes it visible.
+
+    Never into the test environment itself: tests run in parallel workers, and another worker's
+    fresh plugin host would see the package's entry points. Subprocesses get the returned
+    ``PYTHONPATH``; an in-process test prepends ``env["_TARGET"]`` to ``sys.path`` itself.
+    """
+    import shutil
+
+    src = root / package.name
+    shutil.copytree(package, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    target = root / "site"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                           "--no-input", "--target", str(target), str(src)], capture_output=True, text=True,
+                          timeout=300)
+    if proc.returncode != 0:
+        pytest.fail(f"could not pip-install {package.name}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    path = os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH", "")]))
+    return {"PYTHONPATH": path, "_TARGET": str(target)}
+
+
 @pytest.fixture
 def run_cli():
     return prism_run

@@ -7,7 +7,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from prism_plugin.errors import PrismError
-from prism_plugin.plugins import get_host
+from prism_plugin.plugins import PluginHost, get_host
 from prism_plugin.protocol.grid import DEFAULT_FRACTIONS, DEFAULT_SEEDS, GridSpec, grid_keys, run_grid
 from prism_plugin.protocol.inputs import SplitArrays, check_grid_settings, check_splits
 from prism_plugin.results import rows_to_frame
@@ -63,6 +63,7 @@ def evaluate(
     model: str = "model",
     dataset: str = "dataset",
     disable: Iterable[str] = (),
+    plugins: Iterable[Any] = (),
 ) -> pd.DataFrame:
     """Run the PRISM protocol on train/val/test embeddings; return the per-run table.
 
@@ -79,6 +80,9 @@ def evaluate(
     scale (identity T = 1) instead of the reference's ``[-d, d]`` scale
     (identity T = 2); probabilities and ECE are the same either way up to the
     search box, which is [0.05, 5] on the natural scale in the reference.
+
+    ``plugins``: extra plugin objects (modules or objects with ``@hookimpl`` functions) used for this
+    call beside the installed ones, e.g. a metric under development.
     """
     import warnings
 
@@ -99,7 +103,9 @@ def evaluate(
         binary_logits=binary_logits,
         proportional_val=settings["proportional_val"],
     )
-    host = get_host([disable] if isinstance(disable, str) else disable)
+    disable = [disable] if isinstance(disable, str) else list(disable)
+    plugins = list(plugins)
+    host = PluginHost(disable=disable, extra_plugins=plugins) if plugins else get_host(disable)
     model, dataset = str(model), str(dataset)
     ident = {"task": dataset, "adapter": model, "model": model, "dataset": dataset}
     rows = run_grid(tr, va, te, k, spec, host, ident)

@@ -1,31 +1,27 @@
-"""``prism-run``: argument parsing only; the work is done by the modules it calls."""
+"""``prism-run``: argument parsing and dispatch only; the work is done by the modules it calls.
+
+* ``prism-run --task T --model M ...`` is the main job (:mod:`prism_plugin.commands.run`).
+* ``prism-run NAME ...`` is a subcommand from the command registry (``host.commands``), filled by
+  the ``register_commands`` hook: the built-ins of :data:`prism_plugin.commands.BUILTIN_COMMANDS`
+  and any plugin's, the same way. The plugin host is built before parsing (``--disable X`` is
+  read from the command line first, ``PRISM_DISABLE_PLUGINS`` by the host).
+* ``--model-args`` belong to the ``--model`` before them (``--model A --model-args k=v --model B
+  --model-args k=w``), or go in brackets (``--model 'A[k=v,k2=w]'``); with one model they may
+  come anywhere.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
 import sys
+import textwrap
 import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from prism_plugin.errors import PrismError
 
 PROG = "prism-run"
-
-#: Subcommands living in their own modules: name -> module under prism_plugin.commands.
-#: Each module defines ``add_parser(subparsers)`` and ``run(args) -> int``.
-COMMAND_MODULES: dict[str, str] = {
-    "compare": "compare",
-    "reference": "reference",
-    "cache": "cache",
-    "findings": "findings",
-    "audit": "audit",
-    "sensitivity": "sensitivity",
-    "geometry": "geometry",
-}
-SUBCOMMANDS = ("ls", "validate", "report", *COMMAND_MODULES)
 
 
 def _one_line_warnings() -> None:
@@ -36,40 +32,45 @@ def _one_line_warnings() -> None:
     warnings.showwarning = show
 
 
-def parse_model_args(items: Sequence[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or ():
-        for part in item.split(","):
-            if not part.strip():
-                continue
-            if "=" not in part:
-                raise PrismError(f"--model-args {part!r}: expected key=value (e.g. pretrained=false,pooling=cls)")
-            key, value = part.split("=", 1)
-            out[key.strip()] = value.strip()
-    return out
+from prism_plugin.commands.model_args import (  # noqa: E402,F401  (re-exported: the --model/--model-args forms)
+    AMBIGUOUS, ModelOrder, model_specs, parse_model_args, split_model)
 
 
+# --------------------------------------------------------------------------- parsers
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--include-path", action="append", default=[], type=Path, metavar="DIR",
-                   help="extra folder of task YAML files (searched first)")
-    p.add_argument("--disable", action="append", default=[], metavar="PLUGIN",
-                   help="disable a plugin by name (also: PRISM_DISABLE_PLUGINS=a,b)")
-    p.add_argument("--debug", action="store_true", help="show full tracebacks")
+    """``--include-path``, ``--disable``, ``--debug`` on every parser (unless a command defined its own)."""
+    have = set(p._option_string_actions)
+    if "--include-path" not in have:
+        p.add_argument("--include-path", action="append", default=[], type=Path, metavar="DIR",
+                       help="extra folder of task YAML files (searched first)")
+    if "--disable" not in have:
+        p.add_argument("--disable", action="append", default=[], metavar="PLUGIN",
+                       help="disable a plugin by name (also: PRISM_DISABLE_PLUGINS=a,b)")
+    if "--debug" not in have:
+        p.add_argument("--debug", action="store_true", help="show full tracebacks")
 
 
-def main_parser() -> argparse.ArgumentParser:
+DESCRIPTION = ("Run the PRISM reliability protocol: task -> embeddings (cached) -> probe grid -> metrics -> "
+               "runs.csv, summary.json, report. Or run a subcommand (listed below; `prism-run NAME -h` for its "
+               "options).")
+
+
+def main_parser(host=None) -> argparse.ArgumentParser:
+    """The main job's parser; its help lists every registered subcommand (when ``host`` is given)."""
     p = argparse.ArgumentParser(
-        prog=PROG,
-        description="Run the PRISM reliability protocol: task -> embeddings (cached) -> probe grid -> metrics -> "
-                    "runs.csv, summary.json, report. Subcommands: ls, validate, report (see `prism-run ls -h`).",
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(DESCRIPTION, 100),
+        epilog=_commands_epilog(host) if host is not None else None,
     )
     p.add_argument("--task", action="append", required=True, metavar="TASK",
                    help="task name (see `prism-run ls tasks`) or a task YAML file; repeatable")
-    p.add_argument("--model", action="append", required=True, metavar="ADAPTER",
+    p.add_argument("--model", action=ModelOrder, required=True, metavar="ADAPTER",
                    help="adapter name (see `prism-run ls adapters`), e.g. demo_vit, timm:vit_small_patch16_224, "
-                        "precomputed; repeatable")
-    p.add_argument("--model-args", action="append", metavar="K=V[,K=V]",
-                   help="adapter options, e.g. pretrained=false,pooling=cls or root=/data/embeddings/uni")
+                        "precomputed; repeatable; options in brackets: --model 'demo_vit[pooling=mean]'")
+    p.add_argument("--model-args", action=ModelOrder, metavar="K=V[,K=V]",
+                   help="options of the --model before it, e.g. pretrained=false,pooling=cls or "
+                        "root=/data/embeddings/uni (--model A --model-args k=v --model B --model-args k=w); "
+                        "with a single --model they may stand anywhere")
     p.add_argument("--output", type=Path, default=None, metavar="DIR",
                    help="results directory (default: prism_results/<task>/<model>)")
     p.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
@@ -78,7 +79,7 @@ def main_parser() -> argparse.ArgumentParser:
                    help="override a task key, e.g. --set label_fractions=[0.01,0.1] --set probe.C=0.1")
     p.add_argument("--probe", default=None, metavar="KIND",
                    help="probe head (same as --set probe.kind=KIND): logistic (default), logistic_std, knn1, "
-                        "centroid, centroid_cos, linear_svm, or a plugin's head")
+                        "centroid, centroid_cos, linear_svm, or a plugin's head (see `prism-run ls heads`)")
     p.add_argument("--probe-backend", choices=("sklearn", "torch"), default=None,
                    help="logistic probe solver: sklearn lbfgs (reference, default) or the converged torch backend")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
@@ -93,174 +94,122 @@ def main_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1, mps")
     p.add_argument("--num-workers", type=int, default=None, metavar="N", help="DataLoader workers for extraction")
     p.add_argument("--offline", action="store_true", help="never touch the network (sets HF_HUB_OFFLINE=1)")
-    p.add_argument("--no-report", action="store_true", help="do not write report.md")
+    p.add_argument("--no-report", action="store_true", help="do not write report.html and report.md")
     p.add_argument("--quiet", action="store_true", help="no progress bars or tables")
+    p.set_defaults(model_order=[])
     _common(p)
     return p
 
 
-def sub_parser() -> argparse.ArgumentParser:
+def _commands_epilog(host) -> str:
+    entries = host.commands.entries()
+    width = max((len(e.name) for e in entries), default=0)
+    lines = ["subcommands (prism-run NAME -h for the options of one; `prism-run ls commands` shows their origins):"]
+    for e in entries:
+        text = e.description or _parser_help(host, e.name) or f"(from {e.origin})"
+        aliases = f" (also: {', '.join(e.aliases)})" if e.aliases else ""
+        wrapped = textwrap.wrap(text + aliases, max(40, 96 - width)) or [""]
+        lines.append(f"  {e.name.ljust(width)}  {wrapped[0]}")
+        lines.extend(f"  {' ' * width}  {more}" for more in wrapped[1:])
+    return "\n".join(lines)
+
+
+def _parser_help(host, name: str) -> str:
+    """The help line a command gives its own parser (for one registered without ``help=``)."""
+    try:
+        command = host.commands.get(name)
+        sub = argparse.ArgumentParser(prog=PROG).add_subparsers()
+        command.add_parser(sub)
+    except Exception as exc:  # noqa: BLE001 - --help lists what it can; running the command reports it
+        return f"(cannot be loaded: {type(exc).__name__}: {exc})"
+    return next((a.help or "" for a in sub._choices_actions if a.dest == name), "")
+
+
+class CommandFailure(PrismError):
+    """A subcommand's ``add_parser`` or ``run`` raised (not a PrismError): names the command and its plugin."""
+
+    def __init__(self, command: str, plugins: Sequence[str], origin: str, stage: str, exc: BaseException):
+        who = "/".join(plugins) or "?"
+        disable = f", or --disable {plugins[0]}" if len(plugins) == 1 else ""
+        super().__init__(f"command {command!r} (plugin {who!r}, from {origin}) failed in {stage}: "
+                         f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback{disable})")
+        self.command, self.plugins, self.original = command, tuple(plugins), exc
+
+
+def _plugins_of(host, entry) -> list[str]:
+    """The plugin that registered ``entry`` (recorded by its registrar)."""
+    if entry.plugin:
+        return [entry.plugin]
+    impl = set(host.implementations("register_commands"))
+    return [name for name, info in host.infos.items() if name in impl and info.origin == entry.origin]
+
+
+class _Subparsers:
+    """What a command's ``add_parser`` receives: argparse's subparsers, with the registered help as default."""
+
+    def __init__(self, action, help_text: str):
+        self._action = action
+        self._help = help_text
+
+    def add_parser(self, name, **kwargs):
+        if self._help and "help" not in kwargs:
+            kwargs["help"] = self._help
+        return self._action.add_parser(name, **kwargs)
+
+    def __getattr__(self, attr):
+        return getattr(self._action, attr)
+
+
+def command_parser(host, name: str, *, debug: bool = False) -> tuple[argparse.ArgumentParser, Any]:
+    """The parser of ``prism-run NAME`` and the command object (``add_parser`` + ``run``)."""
+    reg = host.commands
+    entry = reg.entry(name)
+    command = reg.get(entry.name)  # imports a lazy module; an import failure names the plugin
     p = argparse.ArgumentParser(prog=PROG)
-    sub = p.add_subparsers(dest="command", required=True)
-    ls = sub.add_parser("ls", help="list plugins, adapters or tasks with where each came from")
-    ls.add_argument("what", choices=("plugins", "adapters", "tasks", "groups"))
-    _common(ls)
-    val = sub.add_parser("validate", help="check a task (name or YAML file) without running it")
-    val.add_argument("target", nargs="+")
-    val.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE")
-    _common(val)
-    rep = sub.add_parser("report", help="(re)write report.md for a results directory")
-    rep.add_argument("results_dir", type=Path)
-    _common(rep)
-    for name, module in COMMAND_MODULES.items():
-        mod = importlib.import_module(f"prism_plugin.commands.{module}")
-        _common(mod.add_parser(sub))
-    return p
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    try:
+        if not callable(getattr(command, "add_parser", None)) or not callable(getattr(command, "run", None)):
+            raise TypeError(f"{type(command).__name__} {getattr(command, '__name__', command)!r} needs "
+                            "add_parser(subparsers) and run(args)")
+        command.add_parser(_Subparsers(sub, entry.description))
+    except PrismError:
+        raise
+    except Exception as exc:
+        if debug:
+            raise
+        raise CommandFailure(entry.name, _plugins_of(host, entry), entry.origin, "add_parser", exc) from exc
+    if entry.name not in sub.choices:
+        raise PrismError(f"command {entry.name!r} (from {entry.origin}): add_parser(subparsers) must call "
+                         f"subparsers.add_parser({entry.name!r}, ...); it added "
+                         f"{', '.join(map(repr, sub.choices)) or 'nothing'}")
+    _common(sub.choices[entry.name])
+    return p, command
 
 
-def _host(args):
-    from prism_plugin.plugins import get_host
-
-    return get_host(args.disable)
-
-
-def cmd_ls(args) -> int:
-    host = _host(args)
-    if args.what == "plugins":
-        rows = [(i.name, ", ".join(i.hooks), i.origin) for i in host.infos.values()]
-        _print_rows(("plugin", "hooks", "from"), rows)
-        if host.disabled:
-            print(f"disabled: {', '.join(sorted(host.disabled))}")
-    elif args.what == "adapters":
-        rows = []
-        for name, entry in sorted(host.adapters().items()):
-            shown = name + "<name>" if name.endswith(":") else name
-            rows.append((shown, entry.description, entry.origin))
-        _print_rows(("adapter", "description", "from"), rows)
-    else:
-        from prism_plugin.tasks.index import default_index
-
-        index = default_index(host, args.include_path)
-        if args.what == "groups":
-            rows = [(e.name, len(e.members), e.description[:60], str(e.file))
-                    for e in sorted(index.groups().values(), key=lambda e: e.name)]
-            _print_rows(("group", "members", "description", "file"), rows)
-            return 0
-        rows = [(e.name, e.description[:60], str(e.file)) for e in sorted(index.entries().values(), key=lambda e: e.name)]
-        _print_rows(("task", "description", "file"), rows)
-    return 0
+def disabled_in(argv: Sequence[str]) -> list[str]:
+    """The plugins named by ``--disable X`` / ``--disable=X`` (read before parsing: the host comes first)."""
+    out: list[str] = []
+    it = iter(argv)
+    for token in it:
+        if token == "--":
+            break
+        if token == "--disable":
+            value = next(it, None)
+            if value is not None:
+                out.append(value)
+        elif token.startswith("--disable="):
+            out.append(token.split("=", 1)[1])
+    return out
 
 
-def _print_rows(header, rows) -> None:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
-
-
-def cmd_validate(args) -> int:
-    from prism_plugin.tasks.index import default_index
-
-    index = default_index(_host(args), args.include_path)
-    failures = 0
-    for target in args.target:
-        try:
-            task = index.load(target, args.overrides)
-            print(f"ok  {task.name}  ({task.file}): {task.n_classes} classes, splits {', '.join(task.splits)}, "
-                  f"{len(task.label_fractions)} fractions x {len(task.seeds)} seeds")
-        except PrismError as exc:
-            failures += 1
-            for problem in str(exc).splitlines():  # validate lists every problem, one per line
-                print(f"error  {problem}", file=sys.stderr)
-    return 1 if failures else 0
-
-
-def cmd_report(args) -> int:
-    from prism_plugin.report.build import write_report
-
-    from prism_plugin.tables import find_runs_files
-
-    if not args.results_dir.is_dir():
-        raise PrismError(f"{args.results_dir}: no such directory; pass a results directory written by prism-run")
-    if (args.results_dir / "runs.csv").exists():
-        print(write_report(args.results_dir, _host(args)))
-    else:  # a folder of results directories (several tasks or models): one combined report
-        find_runs_files([args.results_dir])
-        print(write_report(args.results_dir, _host(args), sources=[args.results_dir]))
-    return 0
-
-
-def cmd_main(args) -> int:
-    from prism_plugin.runner import JobOptions, compact_table, default_output, make_adapter, run_job
-    from prism_plugin.tasks.index import default_index
-    from prism_plugin.tasks.sweep import expand_sweeps
-
-    if args.offline:
-        os.environ["HF_HUB_OFFLINE"] = "1"
-    if args.limit is not None and args.limit < 1:
-        raise PrismError(f"--limit {args.limit}: must be a positive number of items per split")
-    if args.num_workers is not None and args.num_workers < 0:
-        raise PrismError(f"--num-workers {args.num_workers}: must be >= 0")
-    host = _host(args)
-    index = default_index(host, args.include_path)
-    model_args = parse_model_args(args.model_args)
-    overrides = list(args.overrides) + ([f"probe.backend={args.probe_backend}"] if args.probe_backend else [])
-    overrides += [f"probe.kind={args.probe}"] if args.probe else []
-    jobs = index.expand_args(args.task, overrides)  # groups expand to members; every task validated before any work
-    jobs = expand_sweeps(jobs, host)  # `sweep:` -> one task variant per value (prism_plugin.tasks.sweep)
-    adapters = [make_adapter(host, m, model_args) for m in args.model]
-    from prism_plugin.executors import make_executor
-
-    executor = make_executor(args.executor, args.jobs, args.address)
-    single = len(jobs) == 1 and len(adapters) == 1 and not jobs[0][0]
-    base = Path("prism_results")
-    group_runs: dict[str, list] = {}
-    for group, task in jobs:
-        for adapter in adapters:
-            if single and args.output is not None:
-                out = args.output
-            else:
-                out = default_output((args.output or base) / group, task.name, adapter.display_name)
-            opts = JobOptions(output=out, model_args=model_args, cache_dir=args.cache_dir, device=args.device,
-                              num_workers=args.num_workers, limit=args.limit,
-                              allow_size_mismatch=args.allow_size_mismatch, progress=not args.quiet,
-                              report=not args.no_report, executor=executor)
-            result = run_job(task, adapter, host, opts)
-            if group:
-                group_runs.setdefault(group, []).append(result.runs)
-            if not args.quiet:
-                reused = len(result.summary["reused_cells"])
-                print(f"\n{adapter.display_name} on {task.name} ({len(result.runs)} runs"
-                      f"{f', {reused} reused' if reused else ''}; "
-                      f"{result.summary['timings']['total_seconds']:.1f} s)")
-                print(compact_table(result.runs))
-            print(f"results: {result.results_dir}")
-    for group, frames in group_runs.items():  # one table per group: members in group order
-        import pandas as pd
-
-        from prism_plugin.results import order_columns, write_csv
-
-        combined = pd.concat(frames, ignore_index=True)
-        write_csv((args.output or base) / group / "runs.csv", combined[order_columns(combined.columns)])
-        print(f"group {group}: {(args.output or base) / group / 'runs.csv'} ({len(combined)} runs)")
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
+# --------------------------------------------------------------------------- dispatch
+def main(argv: Sequence[str] | None = None, host=None) -> int:
+    """``prism-run``; ``host`` (a :class:`~prism_plugin.plugins.PluginHost`) replaces the one built from argv."""
     argv = list(sys.argv[1:] if argv is None else argv)
     _one_line_warnings()
     debug = "--debug" in argv
-    if argv and argv[0] in SUBCOMMANDS:
-        args = sub_parser().parse_args(argv)
-        builtin = {"ls": cmd_ls, "validate": cmd_validate, "report": cmd_report}
-        if args.command in builtin:
-            handler = builtin[args.command]
-        else:
-            handler = importlib.import_module(f"prism_plugin.commands.{COMMAND_MODULES[args.command]}").run
-    else:
-        args = main_parser().parse_args(argv)
-        handler = cmd_main
     try:
-        return handler(args)
+        return _dispatch(argv, host, debug)
     except PrismError as exc:
         if debug:
             raise
@@ -278,6 +227,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
               file=sys.stderr)
         return 1
+
+
+def _dispatch(argv: list[str], host, debug: bool) -> int:
+    from prism_plugin.commands import HOST_ATTR
+
+    if host is None:
+        from prism_plugin.plugins import get_host
+
+        host = get_host(disabled_in(argv))
+    first = argv[0] if argv else ""
+    if first and not first.startswith("-"):
+        name = host.commands.resolve(first)  # unknown: "unknown command 'lss'; did you mean 'ls'?"
+        parser, command = command_parser(host, name, debug=debug)
+        args = parser.parse_args([name, *argv[1:]])
+        setattr(args, HOST_ATTR, host)
+        entry = host.commands.entry(name)
+        try:
+            return command.run(args)
+        except (PrismError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if debug:
+                raise
+            raise CommandFailure(entry.name, _plugins_of(host, entry), entry.origin, "run", exc) from exc
+    args = main_parser(host).parse_args(argv)
+    args.models = model_specs(args.model_order)
+    setattr(args, HOST_ATTR, host)
+    from prism_plugin.commands.run import run
+
+    return run(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,10 +19,10 @@ class UnknownNameError(PrismError, KeyError):
         msg = f"unknown {kind} {name!r}"
         if close:
             msg += "; did you mean " + ", ".join(repr(c) for c in close) + "?"
-        elif known:
-            shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
-            msg += f"; known {kind}s: {shown}"
-        if hint:
+        if known:
+            shown = ", ".join(known[:15]) + (f", ... ({len(known)} in all)" if len(known) > 15 else "")
+            msg += f" (available: {shown}" + (f"; {hint})" if hint else ")")
+        elif hint:
             msg += f" ({hint})"
         super().__init__(msg)
         self.name = name

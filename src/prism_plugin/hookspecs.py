@@ -2,8 +2,9 @@
 
 A plugin is any module or object whose functions are decorated with
 :data:`prism_plugin.hookimpl` and whose names match a stub below. Built-in
-metrics, summaries, adapters and tasks are registered through these same hooks,
-from the ``prism_plugin`` entry-point group, exactly as a third party's would be::
+metrics, summaries, adapters and tasks are registered through these same hooks
+(listed in code: :data:`prism_plugin.plugins.DEFAULT_PLUGINS`); third parties
+publish theirs in the ``prism_plugin`` entry-point group::
 
     # my_package/plugin.py
     from prism_plugin import hookimpl
@@ -16,7 +17,10 @@ from the ``prism_plugin`` entry-point group, exactly as a third party's would be
     [project.entry-points.prism_plugin]
     my_plugin = "my_package.plugin"
 
-Hooks return ``None`` when they have nothing to add.
+Hooks return ``None`` when they have nothing to add. Every hook is called
+through :meth:`prism_plugin.plugins.PluginHost.call` (one failure policy; set
+``PRISM_TRACE_HOOKS=1`` to trace the calls). A function marked ``@hookimpl``
+whose name is not a hook below is an error at load time.
 """
 
 from __future__ import annotations
@@ -32,25 +36,103 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from prism_plugin.report.sections import ReportSection, ReportView
-    from prism_plugin.run import RunContext
-    from prism_plugin.tables import RunTables, SummaryOutput
+    from prism_plugin.contracts import ReportSection, ReportView, RunContext, RunTables, SummaryOutput
+    from prism_plugin.registrars import (AdapterRegistrar, AdaptationRegistrar, CommandRegistrar, HeadRegistrar,
+                                         MetricRegistrar, SourceRegistrar, TableRegistrar, TaskKeyRegistrar)
 
-#: ``register(name, factory, *, description="", aliases=())`` as passed to
-#: :func:`register_adapters`. ``factory(**model_args)`` returns an
-#: :class:`prism_plugin.embed.adapter.Adapter`.
+#: The typed registrar objects passed to the ``register_*`` hooks live in
+#: :mod:`prism_plugin.registrars`; each is called like a function.
 AdapterRegister = Callable[..., None]
 
 
 @hookspec
-def register_adapters(register: AdapterRegister) -> None:
-    """Register model adapters by calling ``register(name, factory, ...)``.
+def register_adapters(register: "AdapterRegistrar") -> None:
+    """Register model adapters: ``register(name, factory, *, description, aliases, dim, preprocessing, licence)``.
 
-    ``factory`` is called with the user's ``--model-args`` as keyword arguments
-    and must return an :class:`~prism_plugin.embed.adapter.Adapter`. ``name``
-    is what users pass to ``--model``. Adapters may also be published directly
-    through the ``prism_plugin.adapters`` entry-point group (the entry point
-    names the factory).
+    ``factory`` (an :class:`~prism_plugin.embed.adapter.Adapter` subclass, a callable or a lazy
+    ``"module:attr"`` string) is called with the user's ``--model-args`` as keyword arguments.
+    ``name`` is what users pass to ``--model``; a name ending in ``:`` is a family
+    (``timm:`` matches ``timm:<arch>``). ``dim``, ``preprocessing`` and ``licence`` are shown by
+    ``prism-run ls adapters`` (read from the class when not given). Adapters may also be published
+    directly through the ``prism_plugin.adapters`` entry-point group.
+    """
+
+
+@hookspec
+def register_heads(register: "HeadRegistrar") -> None:
+    """Register probe heads: ``register(kind, factory, *, description, seed_invariant, linear)``.
+
+    ``factory(seed=..., **settings)`` returns an object with ``fit(X, y)`` and
+    ``evaluate(X) -> ProbeOutput(decision, proba)`` (see :mod:`prism_plugin.protocol.probe`).
+    Traits: ``seed_invariant=True`` when the fit does not depend on the seed once the training
+    subset is fixed (identical subsets then share one fit); ``linear=True`` when the fitted head
+    offers ``linear_params() -> (W, b)`` in the space of ``transform(X)`` (identity when absent), so
+    test-time methods that update a linear head (SHOT/IM) work on it.
+    """
+
+
+@hookspec
+def probe_heads(register: "HeadRegistrar") -> None:
+    """Older name of :func:`register_heads` (same registrar); kept for existing plugins."""
+
+
+@hookspec
+def register_sources(register: "SourceRegistrar") -> None:
+    """Register data source types: ``register(type, source_class, *, description, aliases)``.
+
+    ``source_class`` subclasses :class:`prism_plugin.data.base.Source`; ``type`` is what a task
+    writes as ``source.type``. The class's ``OPTIONS`` are the ``source:`` keys it accepts.
+    """
+
+
+@hookspec
+def register_adaptation(register: "AdaptationRegistrar") -> None:
+    """Register test-time adaptation methods: ``register(name, method, *, role, default, description)``.
+
+    ``method(X, inputs, *, base_proba, y_true, cache) -> Adapted`` (see
+    :mod:`prism_plugin.adaptation.tta`) adapts one unlabelled target batch. ``role`` is
+    ``"method"`` (gets ``f1_macro_<name>``, ``gain_<name>``, ``ece_<name>``, ``nll_<name>`` columns,
+    takes part in the class-prior stress test and the audit tables), ``"analysis"`` or
+    ``"diagnostic"``. ``default=True`` methods run on transfer tasks without an ``adaptation:`` key.
+    """
+
+
+@hookspec
+def register_tables(register: "TableRegistrar") -> None:
+    """Register per-run table kinds: ``register(name, file, required_columns, *, renames, drops, key_columns)``.
+
+    A task's ``reference_table`` names one; summaries read it as ``tables[name]``.
+    """
+
+
+@hookspec
+def register_task_keys(register: "TaskKeyRegistrar") -> None:
+    """Register task YAML keys owned by a plugin: ``register(key, validator, *, kinds, description)``.
+
+    ``validator(value, ctx) -> value`` checks and normalises the key's value; ``ctx.fail(key,
+    message)`` builds the error naming file, line and key. The validated value reaches every run as
+    ``run.meta[key]`` and is part of the run fingerprint.
+    """
+
+
+@hookspec
+def register_metrics(register: "MetricRegistrar") -> None:
+    """Describe per-run metric columns: ``register(column, *, direction, aggregation, display, ...)``.
+
+    ``direction`` is ``"higher"`` or ``"lower"`` (which is better) or ``None``; ``aggregation``
+    how runs combine into a cell (``"mean"`` with the seed standard deviation, ``"median"``,
+    ``"max"``, ``"min"``, ``"sum"``). Described columns appear in ``summary.json`` cells
+    (``summary=True``), the report's metric table (``report=True``), the transfer band table
+    (``bands=True``) and ``prism-run compare`` (``compare=True``).
+    """
+
+
+@hookspec
+def register_commands(register: "CommandRegistrar") -> None:
+    """Register ``prism-run`` subcommands: ``register(name, command, *, help)``.
+
+    ``command`` (a module, an object or a lazy ``"module"`` / ``"module:attr"`` string) has
+    ``add_parser(subparsers) -> ArgumentParser`` and ``run(args) -> int``.
     """
 
 
@@ -96,19 +178,6 @@ def report_sections(view: "ReportView") -> "list[ReportSection] | None":
 
     ``view`` exposes the results directory: the per-run table, summary tables
     and ``summary.json``. Sections are ordered by their ``order`` attribute.
-    """
-
-
-@hookspec
-def probe_heads(register: Callable[..., None]) -> None:
-    """Register probe heads by calling ``register(kind, factory)``.
-
-    ``factory(seed=..., **settings)`` returns an object with ``fit(X, y)`` and
-    ``evaluate(X) -> ProbeOutput(decision, proba)`` (see
-    :mod:`prism_plugin.protocol.probe`): ``decision`` is ``(N,)`` for a binary
-    head (turned into ``[-d, d]`` logits by the grid) or ``(N, K)`` logits, and
-    ``proba`` the head's own probabilities. The PRISM logistic probe (kind
-    ``logistic``) is built in.
     """
 
 

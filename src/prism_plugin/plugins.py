@@ -1,17 +1,27 @@
-"""The plugin manager: built-ins and third parties, all loaded from entry points.
+"""The plugin host: built-in plugins listed in code, third parties from entry points, the registries.
 
-* ``prism_plugin`` entry-point group: modules (or objects) with hook
-  implementations. prism-plugin's own metrics, summaries, adapters and tasks are
-  published there too, so they load exactly like a third party's.
-* ``prism_plugin.adapters`` entry-point group: an adapter factory per entry
-  point; the entry-point name is the ``--model`` name.
-* Disable a plugin by its entry-point name with ``--disable NAME`` or the
-  ``PRISM_DISABLE_PLUGINS`` environment variable (comma-separated).
+* Built-in plugins are the modules of :data:`DEFAULT_PLUGINS`, registered in that order (it fixes
+  the column order of ``runs.csv``). A new built-in module is one line here; no reinstall.
+* Third-party plugins come from the ``prism_plugin`` entry-point group; adapters may also be
+  published in the ``prism_plugin.adapters`` group (the entry-point name is the ``--model`` name).
+* After loading, :meth:`PluginHost.check_pending` turns a function marked ``@hookimpl`` whose name
+  is no hook (``def run_metric(run)``) into an error naming the plugin, the function and the
+  closest hook.
+* Every catalogue is a :class:`~prism_plugin.registry.Registry` owned by the host and filled, on
+  first use, by its ``register_*`` hook (see :data:`CATALOGUES`).
+* Every hook is called through :meth:`PluginHost.call`: one failure policy (a plugin that raises
+  becomes a :class:`PluginFailure` naming the plugin and the hook; ``--debug`` shows the
+  traceback), pluggy's own call path, and tracing with ``PRISM_TRACE_HOOKS=1``.
+* Disable a plugin by name with ``--disable NAME`` or ``PRISM_DISABLE_PLUGINS=a,b``.
 """
 
 from __future__ import annotations
 
+import difflib
+import importlib
+import inspect
 import os
+import sys
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Callable, Iterable
@@ -20,10 +30,71 @@ import pluggy
 
 from prism_plugin import hookspecs
 from prism_plugin.errors import PrismError, UnknownNameError
+from prism_plugin.registrars import (AdapterRegistrar, AdaptationRegistrar, CommandRegistrar, HeadRegistrar,
+                                     MetricRegistrar, Registrar, SourceRegistrar, TableRegistrar, TaskKeyRegistrar)
+from prism_plugin.registry import Entry, Registry
 
 PLUGIN_GROUP = "prism_plugin"
 ADAPTER_GROUP = "prism_plugin.adapters"
 DISABLE_ENV = "PRISM_DISABLE_PLUGINS"
+TRACE_ENV = "PRISM_TRACE_HOOKS"
+BUILTIN_ORIGIN = "prism_plugin (built in)"
+
+#: The built-in plugins: (name, module), registered in this order before any third party. The
+#: names are what ``--disable`` takes. Order matters: ``run_metrics`` columns follow it.
+DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
+    ("adaptation", "prism_plugin.adaptation.plugin"),
+    ("budget", "prism_plugin.summaries.budget"),
+    ("builtin_adapters", "prism_plugin.model_adapters"),
+    ("builtin_tasks", "prism_plugin.tasks.builtin"),
+    ("calibration", "prism_plugin.metrics.calibration"),
+    ("collapse", "prism_plugin.metrics.collapse"),
+    ("collapse_audit", "prism_plugin.summaries.collapse_audit"),
+    ("cri", "prism_plugin.summaries.cri"),
+    ("decoupling", "prism_plugin.summaries.decoupling"),
+    ("discrimination", "prism_plugin.metrics.discrimination"),
+    ("geometry_report", "prism_plugin.report.geometry_sections"),
+    ("mechanism", "prism_plugin.summaries.mechanism"),
+    ("mlp_head", "prism_plugin.heads"),
+    ("probe_sensitivity", "prism_plugin.summaries.probe_sensitivity"),
+    ("reliability", "prism_plugin.metrics.reliability"),
+    ("report_basic", "prism_plugin.report.basic"),
+    ("report_tables", "prism_plugin.report.derived"),
+    ("seeds", "prism_plugin.summaries.seeds"),
+    ("temperature_counts", "prism_plugin.summaries.temperature_counts"),
+    ("temperature_transfer", "prism_plugin.metrics.temperature_transfer"),
+    # catalogues of the core: heads, sources, table kinds, task keys, metric descriptions, commands
+    ("builtin_heads", "prism_plugin.protocol.probe"),
+    ("builtin_sources", "prism_plugin.data.builtin"),
+    ("builtin_tables", "prism_plugin.tables"),
+    ("builtin_task_keys", "prism_plugin.tasks.keys"),
+    ("builtin_metrics", "prism_plugin.metrics.descriptions"),
+    ("builtin_commands", "prism_plugin.commands"),
+    ("audit", "prism_plugin.adaptation.audit_plugin"),
+)
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """One registry of the host: its hook(s), registrar type, noun and ``ls`` hint."""
+
+    hooks: tuple[str, ...]
+    registrar: type[Registrar]
+    kind: str
+    prefixes: bool = False
+
+
+#: registry name (as in ``prism-run ls NAME``) -> how it is filled
+CATALOGUES: dict[str, Catalogue] = {
+    "adapters": Catalogue(("register_adapters",), AdapterRegistrar, "adapter", prefixes=True),
+    "heads": Catalogue(("register_heads", "probe_heads"), HeadRegistrar, "probe head"),
+    "sources": Catalogue(("register_sources",), SourceRegistrar, "source type"),
+    "adaptation": Catalogue(("register_adaptation",), AdaptationRegistrar, "adaptation method"),
+    "tables": Catalogue(("register_tables",), TableRegistrar, "table kind"),
+    "task_keys": Catalogue(("register_task_keys",), TaskKeyRegistrar, "task key"),
+    "metrics": Catalogue(("register_metrics",), MetricRegistrar, "metric"),
+    "commands": Catalogue(("register_commands",), CommandRegistrar, "command"),
+}
 
 
 @dataclass(frozen=True)
@@ -35,10 +106,31 @@ class PluginInfo:
 
 @dataclass(frozen=True)
 class AdapterEntry:
+    """An adapter as ``ls adapters`` and ``make_adapter`` see it (kept for existing callers)."""
+
     name: str
     factory: Callable[..., Any]
     origin: str
     description: str = ""
+
+
+class PluginFailure(PrismError):
+    """A plugin raised while a hook was called; names the plugin and the hook."""
+
+    def __init__(self, plugin: str, hook: str, exc: BaseException, context: str = ""):
+        where = f" on {context}" if context else ""
+        super().__init__(f"plugin {plugin!r} failed in hook {hook}{where}: {type(exc).__name__}: {exc} "
+                         f"(rerun with --debug for the traceback, or --disable {plugin})")
+        self.plugin, self.hook, self.original = plugin, hook, exc
+
+
+@dataclass
+class HookResult:
+    """One plugin's answer to one hook call."""
+
+    plugin: str
+    value: Any = None
+    failure: PluginFailure | None = None
 
 
 def _dist_label(ep) -> str:
@@ -52,23 +144,40 @@ def disabled_from_env() -> set[str]:
     return {p.strip() for p in os.environ.get(DISABLE_ENV, "").split(",") if p.strip()}
 
 
-class PluginHost:
-    """The pluggy manager plus the registries the hooks fill."""
+def _hook_names() -> list[str]:
+    return sorted(n for n, f in vars(hookspecs).items()
+                  if callable(f) and hasattr(f, f"{hookspecs.PROJECT}_spec"))
 
-    def __init__(self, disable: Iterable[str] = (), extra_plugins: Iterable[Any] = ()):
+
+class PluginHost:
+    """The pluggy manager, the plugins' origins and the registries their hooks fill."""
+
+    def __init__(self, disable: Iterable[str] = (), extra_plugins: Iterable[Any] = (), *,
+                 builtins: Iterable[tuple[str, str]] | None = None, third_party: bool = True):
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
         self.disabled = set(disable) | disabled_from_env()
-        eps = list(entry_points(group=PLUGIN_GROUP))
-        known = {ep.name for ep in eps}
+        builtin_list = tuple(DEFAULT_PLUGINS if builtins is None else builtins)
+        eps = list(entry_points(group=PLUGIN_GROUP)) if third_party else []
+        builtin_modules = {module for _, module in builtin_list}
+        # an older install of this package published its built-ins as entry points: never twice
+        eps = [ep for ep in eps if ep.value.split(":")[0] not in builtin_modules]
+        known = {name for name, _ in builtin_list} | {ep.name for ep in eps}
         for name in sorted(self.disabled):
             if name not in known:
                 raise UnknownNameError("plugin", name, known, hint=f"from --disable / {DISABLE_ENV}")
-        seen: set[str] = set()
-        for ep in eps:
-            if ep.name in seen or ep.name in self.disabled:
+        for name, module in builtin_list:
+            if name in self.disabled:
                 continue
+            self._register(importlib.import_module(module), name, BUILTIN_ORIGIN)
+        seen: set[str] = {name for name, _ in builtin_list}
+        for ep in eps:
+            if ep.name in self.disabled:
+                continue
+            if ep.name in seen:
+                raise PrismError(f"plugin name {ep.name!r} ({ep.value}) is taken by another plugin; "
+                                 "rename the entry point")
             seen.add(ep.name)
             try:
                 plugin = ep.load()
@@ -81,84 +190,211 @@ class PluginHost:
         for i, plugin in enumerate(extra_plugins):
             name = getattr(plugin, "__name__", f"extra-{i}")
             self._register(plugin, name, "passed in code")
-        self._adapters: dict[str, AdapterEntry] | None = None
-        self._heads: dict[str, tuple[Callable[..., Any], str]] | None = None
+        self.check_pending()
+        self._registries: dict[str, Registry] = {}
+        self._callers: dict[tuple[str, str], Any] = {}
+        self._trace: Callable[[str], None] | None = None
+        if os.environ.get(TRACE_ENV, "").strip() not in ("", "0"):
+            self.enable_tracing()
 
     def _register(self, plugin: Any, name: str, origin: str) -> None:
-        self.pm.register(plugin, name=name)
+        if self.pm.get_plugin(name) is not None:
+            raise PrismError(f"plugin name {name!r} registered twice (second from {origin}); rename one")
+        try:
+            self.pm.register(plugin, name=name)
+        except pluggy.PluginValidationError as exc:
+            raise PrismError(f"plugin {name!r} ({origin}): {exc}") from None
         hooks = tuple(sorted(h.name for h in self.pm.get_hookcallers(plugin) or ()))
         self.infos[name] = PluginInfo(name=name, origin=origin, hooks=hooks)
+
+    # -- load-time checks -------------------------------------------------------------------
+    def check_pending(self) -> None:
+        """A function marked ``@hookimpl`` (or named like a hook but unmarked) that no hook takes is an error."""
+        hooks = _hook_names()
+        marker = f"{hookspecs.PROJECT}_impl"
+        problems: list[str] = []
+        for name, plugin in self.pm.list_name_plugin():
+            for attr in dir(plugin):
+                try:
+                    fn = getattr(plugin, attr)
+                except Exception:  # pragma: no cover - exotic plugin objects
+                    continue
+                if not callable(fn):
+                    continue
+                marked = hasattr(fn, marker) or hasattr(inspect.unwrap(fn), marker) if callable(fn) else False
+                if marked and attr not in hooks:
+                    close = difflib.get_close_matches(attr, hooks, n=1, cutoff=0.6)
+                    where = _where(fn)
+                    problems.append(f"plugin {name!r}: {attr}{where} is marked @hookimpl but no hook is named "
+                                    f"{attr!r}" + (f"; did you mean {close[0]!r}?" if close else
+                                                   f" (hooks: {', '.join(hooks)})"))
+        if problems:
+            raise PrismError("\n".join(problems))
+
+    # -- calling hooks ----------------------------------------------------------------------
+    def enable_tracing(self, write: Callable[[str], None] | None = None) -> None:
+        """Trace every hook call (pluggy's tracer) to ``write`` (default: stderr)."""
+        out = write or (lambda text: sys.stderr.write(f"prism-run: trace: {text}"))
+        self.pm.trace.root.setwriter(out)
+        self.pm.enable_tracing()
+        self._trace = out
+
+    def implementations(self, hook: str) -> list[str]:
+        """Names of the plugins implementing ``hook``, in call order (registration order)."""
+        return [impl.plugin_name for impl in getattr(self.pm.hook, hook).get_hookimpls()]
+
+    def _caller(self, hook: str, plugin: str):
+        key = (hook, plugin)
+        if key not in self._callers:
+            keep = self.pm.get_plugin(plugin)
+            others = [p for p in self.pm.get_plugins() if p is not keep]
+            self._callers[key] = self.pm.subset_hook_caller(hook, remove_plugins=others)
+        return self._callers[key]
+
+    def call(self, hook: str, *, strict: bool = True, only: Iterable[str] | None = None, context: str = "",
+             **kwargs: Any) -> list[HookResult]:
+        """Call ``hook`` on every implementing plugin, one at a time, in registration order.
+
+        The one failure policy: a :class:`PrismError` from a plugin (bad input it diagnosed) passes
+        through unchanged; any other exception becomes a :class:`PluginFailure` naming the plugin,
+        the hook and ``context``. With ``strict`` (computations) the first failure is raised; without
+        it (presentation: report sections) every plugin is called and failures are returned in
+        :attr:`HookResult.failure` for the caller to show. ``only`` restricts to named plugins.
+        """
+        wanted = None if only is None else set(only)
+        out: list[HookResult] = []
+        for plugin in self.implementations(hook):
+            if wanted is not None and plugin not in wanted:
+                continue
+            caller = self._caller(hook, plugin)
+            if self._trace is not None:
+                self._trace(f"{hook} -> plugin {plugin}{f' ({context})' if context else ''}\n")
+            try:
+                values = caller(**kwargs)
+            except PrismError as exc:
+                if strict or isinstance(exc, PluginFailure):
+                    raise
+                out.append(HookResult(plugin, None, PluginFailure(plugin, hook, exc, context)))
+                continue
+            except Exception as exc:
+                failure = PluginFailure(plugin, hook, exc, context)
+                if strict:
+                    raise failure from exc
+                out.append(HookResult(plugin, None, failure))
+                continue
+            out.append(HookResult(plugin, values[0] if values else None))
+        return out
 
     @property
     def hook(self):
         return self.pm.hook
 
-    # -- adapters --------------------------------------------------------
+    def origin(self, plugin: str) -> str:
+        info = self.infos.get(plugin)
+        return info.origin if info is not None else plugin
+
+    # -- registries -------------------------------------------------------------------------
+    def registry(self, name: str) -> Registry:
+        """The named catalogue (see :data:`CATALOGUES`), filled by its hooks on first use."""
+        if name not in self._registries:
+            if name not in CATALOGUES:
+                raise UnknownNameError("registry", name, CATALOGUES)
+            spec = CATALOGUES[name]
+            reg: Registry = Registry(spec.kind, hint=f"see `prism-run ls {name.replace('_', '-')}`",
+                                     prefixes=spec.prefixes)
+            self._registries[name] = reg  # visible to re-entrant lookups while filling
+            try:
+                for hook in spec.hooks:
+                    for plugin in self.implementations(hook):
+                        self.call(hook, only=[plugin], register=spec.registrar(reg, self.origin(plugin), plugin))
+                if name == "adapters":
+                    self._adapter_entry_points(reg)
+            except BaseException:
+                del self._registries[name]
+                raise
+        return self._registries[name]
+
+    def _adapter_entry_points(self, reg: Registry) -> None:
+        for ep in entry_points(group=ADAPTER_GROUP):
+            if ep.name in reg:
+                continue
+
+            def lazy(ep=ep, **kwargs):
+                try:
+                    factory = ep.load()
+                except Exception as exc:
+                    raise PrismError(f"adapter {ep.name!r} ({ep.value}) failed to load: {exc}") from None
+                return factory(**kwargs)
+
+            reg.add(ep.name, lazy, origin=_dist_label(ep), description="entry point", plugin=ep.name)
+
+    @property
+    def sources(self) -> Registry:
+        return self.registry("sources")
+
+    @property
+    def adaptation(self) -> Registry:
+        return self.registry("adaptation")
+
+    @property
+    def tables(self) -> Registry:
+        return self.registry("tables")
+
+    @property
+    def task_keys(self) -> Registry:
+        return self.registry("task_keys")
+
+    @property
+    def metrics(self) -> Registry:
+        return self.registry("metrics")
+
+    @property
+    def commands(self) -> Registry:
+        return self.registry("commands")
+
+    # -- adapters and heads (the first two catalogues; kept for existing callers) ------------
     def adapters(self) -> dict[str, AdapterEntry]:
-        if self._adapters is None:
-            registry: dict[str, AdapterEntry] = {}
+        reg = self.registry("adapters")
+        out: dict[str, AdapterEntry] = {}
+        for e in reg.entries():
+            for key in (e.name, *e.aliases):
+                out[key] = AdapterEntry(key, _loader(e), e.origin, e.description)
+        return out
 
-            def make_register(origin: str):
-                def register(name: str, factory: Callable[..., Any], *, description: str = "",
-                             aliases: Iterable[str] = ()) -> None:
-                    for key in (name, *aliases):
-                        if key in registry:
-                            raise PrismError(
-                                f"adapter {key!r} registered twice: by {registry[key].origin} and by {origin}"
-                            )
-                        registry[key] = AdapterEntry(key, factory, origin, description)
-                return register
-
-            for impl in self.pm.hook.register_adapters.get_hookimpls():
-                impl.function(register=make_register(self.infos.get(impl.plugin_name, PluginInfo(impl.plugin_name, impl.plugin_name, ())).origin))
-            for ep in entry_points(group=ADAPTER_GROUP):
-                if ep.name in registry:
-                    continue
-
-                def lazy(ep=ep, **kwargs):
-                    try:
-                        factory = ep.load()
-                    except Exception as exc:
-                        raise PrismError(f"adapter {ep.name!r} ({ep.value}) failed to load: {exc}") from None
-                    return factory(**kwargs)
-
-                registry[ep.name] = AdapterEntry(ep.name, lazy, _dist_label(ep), "entry point")
-            self._adapters = registry
-        return self._adapters
+    def adapter_entry(self, name: str) -> Entry:
+        return self.registry("adapters").entry(name)
 
     def adapter_factory(self, name: str) -> AdapterEntry:
-        registry = self.adapters()
-        if name in registry:
-            return registry[name]
-        prefix = name.split(":", 1)[0] + ":" if ":" in name else None
-        if prefix and prefix in registry:  # generic families: "timm:<arch>"
-            return registry[prefix]
-        raise UnknownNameError("adapter", name, registry, hint="see `prism-run ls adapters`")
+        entry = self.registry("adapters").entry(name)
+        return AdapterEntry(entry.name, _loader(entry), entry.origin, entry.description)
 
-    # -- probe heads -----------------------------------------------------
     def heads(self) -> dict[str, tuple[Callable[..., Any], str]]:
-        if self._heads is None:
-            from prism_plugin.protocol.probe import builtin_heads
-
-            heads = {k: (v, "prism_plugin (built in)") for k, v in builtin_heads().items()}
-
-            for impl in self.pm.hook.probe_heads.get_hookimpls():
-                origin = self.infos.get(impl.plugin_name, PluginInfo(impl.plugin_name, impl.plugin_name, ())).origin
-
-                def register(kind: str, factory: Callable[..., Any], origin=origin) -> None:
-                    if kind in heads:
-                        raise PrismError(f"probe head {kind!r} registered twice (second by {origin})")
-                    heads[kind] = (factory, origin)
-
-                impl.function(register=register)
-            self._heads = heads
-        return self._heads
+        reg = self.registry("heads")
+        return {e.name: (reg.get(e.name), e.origin) for e in reg.entries()}
 
     def head_factory(self, kind: str) -> Callable[..., Any]:
-        heads = self.heads()
-        if kind not in heads:
-            raise UnknownNameError("probe head", kind, heads)
-        return heads[kind][0]
+        return self.registry("heads").get(kind)
+
+    def head_traits(self, kind: str) -> dict[str, Any]:
+        return dict(self.registry("heads").entry(kind).meta)
+
+
+def _loader(entry: Entry) -> Callable[..., Any]:
+    if not entry.lazy:
+        return entry.obj
+
+    def factory(**kwargs):
+        return entry.load()(**kwargs)
+
+    return factory
+
+
+def _where(fn: Any) -> str:
+    try:
+        target = inspect.unwrap(fn)
+        return f" ({inspect.getsourcefile(target)}:{inspect.getsourcelines(target)[1]})"
+    except (TypeError, OSError):
+        return ""
 
 
 _DEFAULT: dict[frozenset, PluginHost] = {}
@@ -170,3 +406,7 @@ def get_host(disable: Iterable[str] = ()) -> PluginHost:
     if key not in _DEFAULT:
         _DEFAULT[key] = PluginHost(disable=key)
     return _DEFAULT[key]
+
+
+__all__ = ["CATALOGUES", "DEFAULT_PLUGINS", "HookResult", "PluginFailure", "PluginHost", "PluginInfo",
+           "get_host"]

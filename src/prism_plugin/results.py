@@ -25,6 +25,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from prism_plugin.registrars import AGGREGATIONS  # how runs combine into a cell (register_metrics)
+
 #: Canonical leading columns (the reference's indomain_all_v2 order), then the
 #: extra per-run metrics, then metadata. Unknown plugin columns go in between.
 LEADING_COLUMNS = [
@@ -51,6 +53,22 @@ def order_columns(columns: Iterable[str]) -> list[str]:
 def rows_to_frame(rows: list[dict]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     return df[order_columns(df.columns)] if len(df.columns) else df
+
+
+def runs_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Every ``runs.csv`` under ``paths`` (:func:`prism_plugin.tables.find_runs_files`, the one
+    results discovery), but a path holding none adds nothing instead of raising: the report and
+    the summaries read whatever results there are."""
+    from prism_plugin.errors import PrismError
+    from prism_plugin.tables import find_runs_files
+
+    found: list[Path] = []
+    for p in paths:
+        try:
+            found.extend(find_runs_files([p]))
+        except PrismError:
+            continue
+    return list(dict.fromkeys(found))
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -250,17 +268,62 @@ class ResultsDir:
         return target
 
 
-def cell_stats(df: pd.DataFrame, by: list[str], metrics: list[str]) -> list[dict]:
-    """Per cell (``by`` + fraction): seed means and standard deviations (ddof = 1)."""
-    present = [m for m in metrics if m in df.columns]
+
+
+def _metric_spec(metric: Any) -> tuple[str, str]:
+    """(column, aggregation) of a column name or a :class:`~prism_plugin.registrars.MetricInfo`."""
+    if isinstance(metric, str):
+        return metric, "mean"
+    column = getattr(metric, "column", None)
+    if not isinstance(column, str):
+        raise TypeError(f"metric must be a column name or a MetricInfo, got {type(metric).__name__}")
+    how = getattr(metric, "aggregation", "mean") or "mean"
+    if how not in AGGREGATIONS:
+        raise ValueError(f"metric {column!r}: unknown aggregation {how!r} (one of {', '.join(AGGREGATIONS)})")
+    return column, how
+
+
+def aggregate(values: pd.Series, how: str = "mean") -> float:
+    """One cell's value from its runs' values (NaN skipped; NaN when no run has a value)."""
+    vals = pd.to_numeric(values, errors="coerce")
+    if how == "mean":
+        return float(vals.mean())
+    if how == "median":
+        return float(vals.median())
+    if how == "max":
+        return float(vals.max())
+    if how == "min":
+        return float(vals.min())
+    if how == "sum":
+        return float(vals.sum(min_count=1))
+    if how == "first":
+        present = vals.dropna()
+        return float(present.iloc[0]) if len(present) else float("nan")
+    raise ValueError(f"unknown aggregation {how!r} (one of {', '.join(AGGREGATIONS)})")
+
+
+def cell_stats(df: pd.DataFrame, by: list[str], metrics: Iterable[Any]) -> list[dict]:
+    """Per cell (``by`` + fraction): each metric aggregated over the cell's runs (seeds).
+
+    ``metrics`` holds column names (aggregated by the mean) or metric descriptions
+    (:class:`~prism_plugin.registrars.MetricInfo`, aggregated as they declare). ``mean`` gives
+    ``<column>_mean`` and ``<column>_std`` (seed standard deviation, ddof = 1; NaN for one run);
+    any other aggregation gives ``<column>_<aggregation>`` (``my_score_median``). Columns absent
+    from ``df`` are skipped.
+    """
+    specs = [_metric_spec(m) for m in metrics]
+    present = [(m, how) for m, how in dict.fromkeys(specs) if m in df.columns]
     out = []
     for keys, g in df.groupby(by + ["fraction"], sort=False):
         keys = keys if isinstance(keys, tuple) else (keys,)
         entry = dict(zip(by + ["fraction"], keys))
         entry["n_runs"] = int(len(g))
-        for m in present:
+        for m, how in present:
             vals = pd.to_numeric(g[m], errors="coerce")
-            entry[f"{m}_mean"] = float(vals.mean())
-            entry[f"{m}_std"] = float(vals.std(ddof=1)) if len(vals) > 1 else float("nan")
+            if how == "mean":
+                entry[f"{m}_mean"] = float(vals.mean())
+                entry[f"{m}_std"] = float(vals.std(ddof=1)) if len(vals) > 1 else float("nan")
+            else:
+                entry[f"{m}_{how}"] = aggregate(vals, how)
         out.append(entry)
     return out

@@ -9,31 +9,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import pandas as pd
 
-from prism_plugin import __version__
-from prism_plugin.data.sources import open_source
-from prism_plugin.embed.cache import EmbeddingCache
-from prism_plugin.embed.extract import extract_split, pick_device
+from prism_plugin.embed.load import load_embeddings, transfer_embeddings
 from prism_plugin.errors import PrismError
 from prism_plugin.protocol.grid import GridSpec, RunKey, grid_keys, run_grid
-from prism_plugin.protocol.inputs import SplitArrays, check_splits
+from prism_plugin.protocol.inputs import check_splits
 from prism_plugin.results import ResultsDir, cell_stats, rows_to_frame
 from prism_plugin.tasks.schema import TaskConfig
+from prism_plugin.versions import NUMERIC_LIBS, library_versions
 
-SUMMARY_METRICS = ["auroc", "f1_macro", "brier", "nll", "ece_fixed", "ece_adaptive", "temperature",
-                   "ece_scaled_fixed", "ece_scaled_adaptive", "degeneracy_share"]
-
-#: Libraries whose versions can change the numbers; part of the run fingerprint.
-NUMERIC_LIBS = ("numpy", "scipy", "scikit-learn")
 
 
 @dataclass
@@ -60,135 +51,12 @@ class JobResult:
     summary: dict[str, Any]
 
 
-def library_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version(), "prism-plugin": __version__}
-    for lib in ("numpy", "scipy", "scikit-learn", "pandas", "torch", "torchvision", "timm", "pluggy"):
-        try:
-            out[lib] = version(lib)
-        except PackageNotFoundError:
-            out[lib] = "absent"
-    return out
-
-
 def make_adapter(host, name: str, model_args: dict[str, Any]):
     entry = host.adapter_factory(name)
     kwargs = dict(model_args)
     if entry.name.endswith(":"):
         kwargs["name"] = name
     return entry.factory(**kwargs)
-
-
-def _check_expected(task: TaskConfig, split: str, y: np.ndarray, opts: JobOptions) -> None:
-    cfg = task.splits[split]
-    problems = []
-    if cfg.size is not None and len(y) != cfg.size:
-        problems.append(f"{len(y)} items, expected {cfg.size}")
-    if cfg.class_counts is not None:
-        counts = np.bincount(y, minlength=task.n_classes).tolist()
-        if counts != list(cfg.class_counts):
-            problems.append(f"class counts {counts}, expected {list(cfg.class_counts)}")
-    if problems and opts.limit is None:
-        msg = f"task {task.name}: split {split!r} has " + "; ".join(problems) + f" (sizes recorded in {task.file})"
-        if not opts.allow_size_mismatch:
-            raise PrismError(msg + "; pass --allow-size-mismatch to run anyway")
-        warnings.warn(msg, stacklevel=2)
-
-
-def load_embeddings(task: TaskConfig, adapter, opts: JobOptions,
-                    only: tuple[str, ...] | None = None) -> tuple[dict[str, SplitArrays], dict[str, Any]]:
-    """Embeddings of the task's splits (from the cache, extracting what is missing)."""
-    splits: dict[str, SplitArrays] = {}
-    info: dict[str, Any] = {"fingerprints": {}, "extracted_tiles": 0, "extraction_seconds": 0.0, "cache": {}}
-    wanted = [s for s in task.splits if only is None or s in only]
-    if adapter.input_kind == "features":
-        for split in wanted:
-            cfg = task.splits[split]
-            X, y, fp = adapter.load_split(task.embeddings_key, cfg.name)
-            if opts.limit is not None:
-                from prism_plugin.data.sources import _limit_indices
-
-                keep = _limit_indices(np.asarray(y), opts.limit)
-                X, y = X[keep], np.asarray(y)[keep]
-            splits[split] = SplitArrays(X, y, name=f"{task.name} {split}")
-            info["fingerprints"][split] = fp if opts.limit is None else f"{fp}:limit={opts.limit}"
-        return splits, info
-    source = open_source(task)
-    if source is None:
-        raise PrismError(f"task {task.name} reads precomputed embeddings (source.type precomputed); "
-                         "run it with --model precomputed --model-args root=DIR")
-    cache = EmbeddingCache(opts.cache_dir)
-    device = None
-    adapter_fp = adapter.fingerprint()
-    for split in wanted:
-        images = source.split(split, opts.limit)
-        _check_expected(task, split, images.labels, opts)
-        entry = cache.entry(adapter_fp, images.fingerprint, split)
-        info["fingerprints"][split] = images.fingerprint
-        loaded = entry.load()
-        if loaded is None:
-            with entry.lock():
-                loaded = entry.load()  # another process may have finished it meanwhile
-                if loaded is None:
-                    device = device or pick_device(opts.device if opts.device != "auto" else adapter.device_request)
-                    provenance = {"task": task.name, "dataset": task.dataset, "split": split,
-                                  "adapter": adapter.describe(), "dataset_fingerprint": images.fingerprint,
-                                  "versions": library_versions()}
-                    n_new, secs = extract_split(adapter, images, entry, device=device, num_workers=opts.num_workers,
-                                                progress=opts.progress, label=f"{task.name}/{split}",
-                                                provenance=provenance)
-                    info["extracted_tiles"] += n_new
-                    info["extraction_seconds"] += secs
-                    loaded = entry.load()
-                    if loaded is None:
-                        raise PrismError(f"cache entry {entry.dir} could not be written and read back")
-                    info["cache"][split] = "extracted"
-                else:
-                    info["cache"][split] = "hit"
-        else:
-            info["cache"][split] = "hit"
-        X, y = loaded
-        info.setdefault("content", {})[split] = (
-            f"{images.fingerprint}:{(entry.last_manifest or {}).get('features_checksum', '')}")
-        splits[split] = SplitArrays(X, y, name=f"{task.name} {split}")
-    return splits, info
-
-
-def transfer_embeddings(task: TaskConfig, adapter, opts: JobOptions) -> tuple[dict[str, SplitArrays], dict[str, Any]]:
-    """Source train/val and target evaluation split, with the task's label maps applied."""
-    from prism_plugin.protocol.labels import apply_label_map
-
-    src_cfg, tgt_cfg = task.source_config, task.target_config
-    src, src_info = load_embeddings(src_cfg, adapter, opts, only=("train", "val"))
-    tgt, tgt_info = load_embeddings(tgt_cfg, adapter, opts, only=(task.target_split,))
-    out: dict[str, SplitArrays] = {}
-    for split, arrays, mapping, role, cfg in (
-        ("train", src.get("train"), task.source_labels, "source", src_cfg),
-        ("val", src.get("val"), task.source_labels, "source", src_cfg),
-        ("test", tgt[task.target_split], task.target_labels, "target", tgt_cfg),
-    ):
-        if arrays is None:
-            continue
-        y = apply_label_map(arrays.y, mapping, f"{task.file}: {role}_labels")
-        if y.size and int(y.max()) >= task.n_classes:
-            raise PrismError(
-                f"{task.file}: {role} task {cfg.name} labels map to {sorted(set(y.tolist()))[:10]}, outside the "
-                f"transfer task's {task.n_classes} classes; set {role}_labels (e.g. {{positive: [1]}}) so source "
-                "and target share one label space"
-            )
-        out[split] = SplitArrays(arrays.X, y, name=f"{task.name} {role} {cfg.name} {split if role == 'source' else task.target_split}")
-    info = {
-        "fingerprints": {f"source_{k}": v for k, v in src_info["fingerprints"].items()}
-        | {f"target_{k}": v for k, v in tgt_info["fingerprints"].items()},
-        "extracted_tiles": src_info["extracted_tiles"] + tgt_info["extracted_tiles"],
-        "extraction_seconds": src_info["extraction_seconds"] + tgt_info["extraction_seconds"],
-        "cache": {f"source_{k}": v for k, v in src_info["cache"].items()}
-        | {f"target_{k}": v for k, v in tgt_info["cache"].items()},
-        "content": {f"source_{k}": v for k, v in (src_info.get("content") or src_info["fingerprints"]).items()}
-        | {f"target_{k}": v for k, v in (tgt_info.get("content") or tgt_info["fingerprints"]).items()},
-    }
-    return out, info
 
 
 #: Task keys a single run's numbers do not depend on: where the task came from, and
@@ -202,13 +70,19 @@ def _digest(value: Any) -> str:
 
 
 def metric_plugins(host) -> dict[str, str]:
-    """The plugins that add columns to a run (run_metrics) or fit it (probe_heads), with their origin."""
+    """The plugins that add columns to a run (run_metrics), fit it (heads) or describe how its columns
+    aggregate (metrics), with their origin."""
     out: dict[str, str] = {}
-    for hook in (host.pm.hook.run_metrics, host.pm.hook.probe_heads):
-        for impl in hook.get_hookimpls():
-            info = host.infos.get(impl.plugin_name)
-            out[impl.plugin_name] = info.origin if info is not None else impl.plugin_name
+    for hook in ("run_metrics", "register_heads", "probe_heads", "register_metrics"):
+        for plugin in host.implementations(hook):
+            out[plugin] = host.origin(plugin)
     return dict(sorted(out.items()))
+
+
+def summary_metrics(host) -> list:
+    """The metric descriptions whose cells summary.json holds (``register_metrics`` with summary=True)."""
+    reg = host.metrics
+    return [reg.get(name) for name in reg if reg.get(name).summary]
 
 
 def fingerprint_parts(task: TaskConfig, adapter, emb_info: dict[str, Any], host=None) -> dict[str, Any]:
@@ -269,9 +143,9 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     t_start = time.perf_counter()
     _check_before_work(task, opts)
     if task.is_transfer:
-        splits, emb_info = transfer_embeddings(task, adapter, opts)
+        splits, emb_info = transfer_embeddings(task, adapter, opts, host=host)
     else:
-        splits, emb_info = load_embeddings(task, adapter, opts)
+        splits, emb_info = load_embeddings(task, adapter, opts, host=host)
     k = check_splits(splits["train"], splits.get("val"), splits["test"], task.n_classes)
     if "val" not in splits:
         warnings.warn(f"task {task.name} has no validation split: temperature and scaled ECE are NaN "
@@ -307,7 +181,7 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
                                      "indomain_propval" if task.proportional_val else "indomain")
     ident = {"reference_table": table, "task": task.name, "adapter": adapter.name, "model": adapter.display_name, "dataset": task.dataset,
              "class_names": task.class_names, "columns": columns,
-             "meta": {"kind": task.kind, "src": task.src, "tgt": task.tgt, "pair": task.pair,
+             "meta": {**task.extras, "kind": task.kind, "src": task.src, "tgt": task.tgt, "pair": task.pair,
                       "results_dir": str(results.path), "adaptation": task.adaptation, "priors": task.priors},
              "artifact_dir": results.path / "artifacts"}
     t_grid = time.perf_counter()
@@ -352,7 +226,7 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
         "adapter": adapter.describe(),
         "resolved_task": task.resolved(),
         "n_runs": len(rows),
-        "cells": cell_stats(runs, ["model", *columns], SUMMARY_METRICS + ["temperature_src"]),
+        "cells": cell_stats(runs, ["model", *columns], summary_metrics(host)),
         "collapsed_fractions": collapsed,
         "reused_cells": reused,
         "stale_cells": stale,

@@ -8,16 +8,16 @@ the published ``results_v2`` layout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from prism_plugin.errors import PrismError
+from prism_plugin.contracts import RunTables, SummaryOutput  # noqa: F401  (SummaryOutput re-exported)
+from prism_plugin.errors import PrismError, suggest
+from prism_plugin.hookspecs import hookimpl
 
-#: File name (results_v2 layout) of each per-run table, and the columns that
-#: must be present for the summaries to read it.
+#: The built-in per-run table kinds (registered through ``register_tables``): file name in the
+#: results_v2 layout and the columns that must be present for the summaries to read it.
 REFERENCE_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
     "indomain": (
         "indomain_all_v2.csv",
@@ -45,49 +45,7 @@ REFERENCE_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-@dataclass
-class RunTables:
-    """The per-run tables a summary may read; ``None`` = not measured."""
-
-    indomain: pd.DataFrame | None = None
-    transfer: pd.DataFrame | None = None
-    camelyon17_indomain: pd.DataFrame | None = None
-    camelyon17_transfer: pd.DataFrame | None = None
-    indomain_propval: pd.DataFrame | None = None
-
-    def present(self) -> list[str]:
-        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
-
-    @classmethod
-    def from_reference_dir(cls, directory: str | Path, *, required: tuple[str, ...] = ()) -> "RunTables":
-        """Read a directory with the published results_v2 layout.
-
-        Files that are absent leave their table ``None`` unless named in
-        ``required``; a file that is present but malformed is an error naming it.
-        """
-        directory = Path(directory)
-        if not directory.is_dir():
-            raise PrismError(
-                f"reference directory {directory} does not exist; pass --reference DIR "
-                "with a results_v2 layout (e.g. indomain_all_v2.csv, ood_all_v2.csv)"
-            )
-        out: dict[str, pd.DataFrame] = {}
-        for key, (fname, cols) in REFERENCE_FILES.items():
-            path = directory / fname
-            if not path.exists():
-                if key in required:
-                    raise PrismError(f"reference directory {directory} lacks {fname}")
-                continue
-            out[key] = read_run_table(path, cols)
-        if not out:
-            raise PrismError(
-                f"reference directory {directory} holds none of "
-                + ", ".join(f for f, _ in REFERENCE_FILES.values())
-            )
-        return cls(**out)
-
-
-#: Column renames from prism-run's runs.csv to the results_v2 schema, per table.
+#: Column renames from prism-run's runs.csv to the results_v2 schema, per built-in table.
 RESULTS_RENAMES: dict[str, dict[str, str]] = {
     "camelyon17_indomain": {"n_val": "n_val_full"},
     "camelyon17_transfer": {"n_val": "n_val_full"},
@@ -117,13 +75,23 @@ def find_runs_files(paths) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def tables_from_results(paths) -> RunTables:
+def _table_kinds(host=None):
+    """The table-kind registry of ``host`` (default: the shared host)."""
+    if host is None:
+        from prism_plugin.plugins import get_host
+
+        host = get_host()
+    return host.tables
+
+
+def tables_from_results(paths, host=None) -> RunTables:
     """Combine runs.csv files of prism-run results directories into RunTables.
 
     Each row's ``reference_table`` column says which results_v2 table it
     belongs to; columns are renamed to that table's schema. Rows of probe
     sweeps (``sweep_key`` set) are left out: ``prism-run sensitivity`` reads them.
     """
+    kinds = _table_kinds(host)
     parts: dict[str, list[pd.DataFrame]] = {}
     swept = 0
     for file in find_runs_files(paths):
@@ -136,23 +104,26 @@ def tables_from_results(paths) -> RunTables:
                 continue
         table_col = df["reference_table"] if "reference_table" in df else pd.Series("indomain", index=df.index)
         for table, rows in df.groupby(table_col, sort=False):
-            if table not in REFERENCE_FILES:
-                raise PrismError(f"{file}: unknown reference_table {table!r}")
-            rows = rows.drop(columns=[c for c in RESULTS_DROPS.get(table, ()) if c in rows])
-            parts.setdefault(table, []).append(rows.rename(columns=RESULTS_RENAMES.get(table, {})))
+            if table not in kinds:
+                raise PrismError(f"{file}: unknown reference_table {table!r}{suggest(str(table), kinds.names())} "
+                                 f"(table kinds: {', '.join(kinds.names())}; a plugin registers more with "
+                                 "register_tables)")
+            kind = kinds.get(table)
+            rows = rows.drop(columns=[c for c in kind.drops if c in rows])
+            parts.setdefault(kind.name, []).append(rows.rename(columns=dict(kind.renames)))
     if not parts:
         raise PrismError(f"the results given hold only {swept} probe-sweep run(s); "
                          "read them with `prism-run sensitivity DIR`")
     out = {}
     for table, frames in parts.items():
         df = pd.concat(frames, ignore_index=True)
-        key = [c for c in ("model", "dataset", "src", "tgt", "pair", "hospital", "fraction", "seed") if c in df]
+        key = [c for c in kinds.get(table).key_columns if c in df]
         dup = df.duplicated(subset=key)
         if dup.any():
             first = df.loc[dup, key].iloc[0].to_dict()
             raise PrismError(f"the same run appears twice across the results given ({first}); pass each run once")
         out[table] = df
-    return RunTables(**out)
+    return RunTables(out)
 
 
 def read_run_table(path: Path, required_columns: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -169,26 +140,16 @@ def read_run_table(path: Path, required_columns: tuple[str, ...] = ()) -> pd.Dat
     return df
 
 
-@dataclass
-class SummaryOutput:
-    """What a ``summarize`` hook returns.
-
-    ``tables`` maps a file stem (``rank_correlations``) to a DataFrame written as
-    ``<stem>.csv``; ``headline`` holds scalars merged into ``findings.json``;
-    ``notes`` say, in one line each, what could not be computed and why.
-    """
-
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
-    headline: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    def merge(self, other: "SummaryOutput", origin: str = "") -> None:
-        for name, table in other.tables.items():
-            if name in self.tables:
-                raise PrismError(f"summary table {name!r} produced twice (second by {origin or 'a plugin'})")
-            self.tables[name] = table
-        for key, value in other.headline.items():
-            if key in self.headline:
-                raise PrismError(f"headline {key!r} produced twice (second by {origin or 'a plugin'})")
-            self.headline[key] = value
-        self.notes.extend(other.notes)
+@hookimpl
+def register_tables(register) -> None:
+    """The five per-run tables of the PRISM release (results_v2)."""
+    descriptions = {
+        "indomain": "in-distribution runs (dataset x fraction x seed)",
+        "transfer": "label-definition transfer runs (src -> tgt pair)",
+        "camelyon17_indomain": "Camelyon17 per-hospital in-distribution runs",
+        "camelyon17_transfer": "Camelyon17 hospital -> hospital transfer runs",
+        "indomain_propval": "in-distribution runs with a proportional validation subset",
+    }
+    for name, (file, columns) in REFERENCE_FILES.items():
+        register(name, file, columns, renames=RESULTS_RENAMES.get(name, {}), drops=RESULTS_DROPS.get(name, ()),
+                 description=descriptions.get(name, ""))

@@ -118,7 +118,18 @@ def test_audit_command_tables(results, tmp_path):
         assert (out / f"{name}.csv").exists(), name
     headline = json.loads((out / "audit.json").read_text())
     assert headline["models"] == ["enc_a", "enc_b", "enc_c"] and headline["fraction"] == [1.0]
-    assert "Rank transfer" in (out / "audit.md").read_text()
+    md = (out / "audit.md").read_text()
+    assert "Rank transfer" in md and "](figures/audit-rank-transfer.png)" in md
+    # the same kind of report as a run: report.html (figures embedded) + report.md, audit sections included
+    html = (out / "report.html").read_text()
+    for title in ("Rank transfer across acquisition domains", "Calibration transfer across domains",
+                  "Test-time adaptation", "Label-free encoder selection", "Encoder differences and shift diagnostics"):
+        assert f"<h2>{title}</h2>" in html, title
+    assert html.count("data:image/png;base64,") >= 2 and 'alt="In-domain (source held-out) vs target' in html
+    assert 'alt="Mean macro-F1 gain per adaptation method' in html
+    for fig in ("audit-rank-transfer.png", "audit-adaptation-gain.png"):
+        assert (out / "figures" / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "## Rank transfer across acquisition domains" in (out / "report.md").read_text()
 
     matrix = pd.read_csv(out / "rank_matrix.csv")
     runs = pd.concat(pd.read_csv(p) for p in root.rglob("runs.csv"))
@@ -153,6 +164,40 @@ def test_audit_command_tables(results, tmp_path):
     cal = pd.read_csv(out / "calibration_summary.csv").set_index("arm")
     assert cal.loc["oracle", "nll"] <= cal.loc["raw", "nll"] + 1e-9
     assert cal.loc["raw", "cells_ece_improved"] == 0
+
+
+def test_audit_plugins_are_silent_unless_asked(results, tmp_path):
+    """An ordinary report of the same runs has no audit tables or sections; asked, without the results
+    directories, the per-example tables are skipped with a note."""
+    from prism_plugin.adaptation import audit, audit_plugin
+    from prism_plugin.report.sections import ReportView
+    from prism_plugin.tables import tables_from_results
+
+    root, _ = results
+    files = audit.result_files([root])
+    assert len(files) == 3 and all(f.name == "runs.csv" for f in files)
+    tables = tables_from_results(files)
+    assert audit_plugin.summarize(tables, {}) is None
+    assert audit_plugin.report_sections(ReportView(tmp_path, sources=(root,))) is None
+    out = audit_plugin.summarize(tables, {"audit": {"bootstrap": 100}})
+    assert "audit_rank_transfer" in out.tables and "audit_paired_bootstrap" not in out.tables
+    assert any("options['results_dirs']" in n for n in out.notes)
+    assert out.headline["audit"]["models"] == ["enc_a", "enc_b", "enc_c"]
+    with pytest.raises(PrismError, match="unknown key.*bootstrapp"):
+        audit_plugin.summarize(tables, {"audit": {"bootstrapp": 100}})
+
+
+def test_audit_reads_group_members_not_the_group_table(results, tmp_path):
+    root, _ = results
+    group = tmp_path / "group"
+    import shutil
+
+    shutil.copytree(root / "logistic_std", group)
+    pd.concat(pd.read_csv(p) for p in sorted(group.rglob("runs.csv"))).to_csv(group / "runs.csv", index=False)
+    from prism_plugin.adaptation import audit
+
+    assert sorted(f.parent.name for f in audit.result_files([group])) == ["enc_a", "enc_b", "enc_c"]
+    assert sorted(f.parent.name for f in audit.result_files([tmp_path])) == ["enc_a", "enc_b", "enc_c"]
 
 
 def test_audit_bad_input(tmp_path, capsys):

@@ -103,7 +103,10 @@ def test_heads_are_registered_and_run_in_the_grid(data):
     host = get_host()
     heads = host.heads()
     for kind in ("logistic_std", "knn1", "centroid", "centroid_cos", "linear_svm"):
-        assert kind in heads and "adaptation" in heads[kind][1]
+        # registered by the adaptation plugin (a built-in), with the linear trait SHOT-IM reads
+        assert kind in heads and "built in" in heads[kind][1]
+        assert "adaptation" in host.implementations("register_heads")
+        assert host.head_traits(kind)["linear"] is (kind != "knn1")
     ident = {"task": "t", "adapter": "a", "model": "m", "dataset": "d", "meta": {"kind": "indomain"}}
     tr, te = SplitArrays(X, y), SplitArrays(Xt, yt)
     # inherited PRISM logistic settings are ignored by heads without them

@@ -2,16 +2,12 @@
 
 The package (``examples/prism-adapter-example``) registers an adapter through
 the ``prism_plugin.adapters`` entry-point group and a metric through
-``prism_plugin``. It is installed into this test environment
-(``pip install --no-deps --no-build-isolation``, from a copy so the source tree
-stays clean) and uninstalled afterwards.
+``prism_plugin``. It is installed with ``pip install --no-deps --no-build-isolation
+--target`` (from a copy, so the source tree stays clean) into a private folder, never
+into the test environment, and made visible through ``PYTHONPATH``.
 """
 
 from __future__ import annotations
-
-import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -22,35 +18,35 @@ from .adapters_support import REPO
 EXAMPLE = REPO / "examples" / "prism-adapter-example"
 
 
-def pip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=300)
-
-
 @pytest.fixture(scope="module")
 def installed_example(tmp_path_factory):
+    """The example installed into a private folder (never into the test environment itself)."""
+    from tests.conftest import pip_install_target
+
     if not EXAMPLE.is_dir():
         pytest.skip(f"{EXAMPLE} not found")
-    src = tmp_path_factory.mktemp("example") / EXAMPLE.name
-    shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    proc = pip("install", "--quiet", "--no-deps", "--no-build-isolation", "--no-input", str(src))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    yield src
-    pip("uninstall", "--yes", "--quiet", "prism-adapter-example")
+    return pip_install_target(EXAMPLE, tmp_path_factory.mktemp("example"))
 
 
-def test_example_is_listed_by_name(installed_example):
+def test_example_is_listed_by_name(installed_example, monkeypatch):
+    import importlib
+
     from prism_plugin.plugins import PluginHost
 
+    monkeypatch.syspath_prepend(installed_example["_TARGET"])
+    importlib.invalidate_caches()
     host = PluginHost()  # a fresh host reads the entry points installed a moment ago
     entry = host.adapters()["example_colour_stats"]
     assert "prism-adapter-example 0.1.0" in entry.origin
     assert "run_metrics" in host.infos["example_metrics"].hooks
 
 
-def test_prism_run_with_the_example_adapter_and_metric(installed_example, run_cli, tiny_task, tmp_path):
+def test_prism_run_with_the_example_adapter_and_metric(installed_example, run_cli, tiny_task, tmp_path,
+                                                      monkeypatch):
     out = tmp_path / "results"
     proc = run_cli("--task", str(tiny_task), "--model", "example_colour_stats", "--model-args", "size=24",
-                   "--output", str(out), "--quiet", "--no-report", "--num-workers", "0", check=True)
+                   "--output", str(out), "--quiet", "--no-report", "--num-workers", "0",
+                   env={"PYTHONPATH": installed_example["PYTHONPATH"]}, check=True)
     assert f"results: {out}" in proc.stdout
     runs = pd.read_csv(out / "runs.csv")
     assert list(runs["model"]) == ["ColourStats"] and list(runs["adapter"]) == ["example_colour_stats"]
@@ -59,6 +55,7 @@ def test_prism_run_with_the_example_adapter_and_metric(installed_example, run_cl
     # the metric plugin itself against scikit-learn
     from sklearn.metrics import balanced_accuracy_score
 
+    monkeypatch.syspath_prepend(installed_example["_TARGET"])
     from prism_adapter_example.metrics import balanced_accuracy
 
     rng = np.random.default_rng(0)

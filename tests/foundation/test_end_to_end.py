@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -102,25 +100,21 @@ def test_precomputed_embeddings_end_to_end(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def thirdparty_installed():
-    pkg = HERE / "thirdparty_pkg"
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(pkg)]
-    proc = subprocess.run(pip, capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.fail(f"could not pip-install the third-party test package:\n{proc.stderr[-2000:]}")
-    yield
-    subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", "prism-thirdparty-test"],
-                   capture_output=True)
+def thirdparty_installed(tmp_path_factory):
+    from tests.conftest import pip_install_target
+
+    env = pip_install_target(HERE / "thirdparty_pkg", tmp_path_factory.mktemp("thirdparty"))
+    return {"PYTHONPATH": env["PYTHONPATH"]}
 
 
 def test_third_party_adapter_and_metric_via_entry_points(thirdparty_installed, tmp_path):
-    ls = prism_run("ls", "adapters", check=True).stdout
+    ls = prism_run("ls", "adapters", env=thirdparty_installed, check=True).stdout
     assert "thirdparty_colour" in ls and "prism-thirdparty-test" in ls
-    plugins = prism_run("ls", "plugins", check=True).stdout
+    plugins = prism_run("ls", "plugins", env=thirdparty_installed, check=True).stdout
     assert "thirdparty_metrics" in plugins and "run_metrics" in plugins
     out = tmp_path / "tp"
     prism_run("--task", "prism_demo", "--model", "thirdparty_colour", "--output", str(out), "--quiet",
-              *SMALL_GRID, check=True)
+              *SMALL_GRID, env=thirdparty_installed, check=True)
     runs = pd.read_csv(out / "runs.csv")
     assert runs.model.unique().tolist() == ["ThirdPartyCNN"]
     assert "thirdparty_accuracy" in runs and runs.thirdparty_accuracy.between(0, 1).all()
@@ -131,9 +125,9 @@ def test_third_party_adapter_and_metric_via_entry_points(thirdparty_installed, t
     # disabling by name (flag and env var) removes its column
     out2 = tmp_path / "tp2"
     prism_run("--task", "prism_demo", "--model", "thirdparty_colour", "--output", str(out2), "--quiet",
-              "--disable", "thirdparty_metrics", *SMALL_GRID, check=True)
+              "--disable", "thirdparty_metrics", *SMALL_GRID, env=thirdparty_installed, check=True)
     assert "thirdparty_accuracy" not in pd.read_csv(out2 / "runs.csv")
     out3 = tmp_path / "tp3"
     prism_run("--task", "prism_demo", "--model", "thirdparty_colour", "--output", str(out3), "--quiet",
-              *SMALL_GRID, env={"PRISM_DISABLE_PLUGINS": "thirdparty_metrics"}, check=True)
+              *SMALL_GRID, env={**thirdparty_installed, "PRISM_DISABLE_PLUGINS": "thirdparty_metrics"}, check=True)
     assert "thirdparty_accuracy" not in pd.read_csv(out3 / "runs.csv")

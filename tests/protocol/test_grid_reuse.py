@@ -28,6 +28,9 @@ class CountingHost:
         self.fits = 0
         self.evaluations = 0
 
+    def __getattr__(self, name):  # everything else (hook calls, head traits) is the real host's
+        return getattr(self.host, name)
+
     def head_factory(self, kind):
         real = self.host.head_factory(kind)
         outer = self

@@ -19,8 +19,9 @@ from prism_plugin.tasks.index import default_index
 from prism_plugin.tasks.sweep import expand_sweeps
 
 #: two small random-weight ViTs that embed differently (64 px; 80 items per split keep extraction short)
-TWO_MODELS = ["--model", "demo_vit", "--model", "timm:vit_tiny_r_s16_p8_224",
-              "--model-args", "pretrained=false,img_size=64", "--limit", "80"]
+TWO_MODELS = ["--model", "demo_vit", "--model-args", "pretrained=false,img_size=64",
+              "--model", "timm:vit_tiny_r_s16_p8_224", "--model-args", "pretrained=false,img_size=64",
+              "--limit", "80"]
 
 
 def _task_file(tmp_path: Path, body: str, name: str = "swept") -> Path:

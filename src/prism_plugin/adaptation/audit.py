@@ -1,8 +1,9 @@
 """The audit's tables from results directories (``prism-run audit``).
 
-Input: one or more results directories written by ``prism-run`` (searched recursively for
-``runs.csv``); every run that carries the adaptation plugin's columns (transfer runs by default)
-takes part. Runs are grouped by **task** (one source -> target pair) and **probe** (head kind); the
+Input: the per-run rows of one or more results directories written by ``prism-run`` (found by
+:func:`prism_plugin.tables.find_runs_files`; see :func:`result_files`), as the summary plugin
+:mod:`prism_plugin.adaptation.audit_plugin` receives them; every run that carries the adaptation
+plugin's columns (transfer runs by default) takes part. Runs are grouped by **task** (one source -> target pair) and **probe** (head kind); the
 encoders compared are the distinct ``model`` values, each averaged over its seeds at one label
 fraction (default: the largest fraction of each task, i.e. the audit's full source split).
 
@@ -18,7 +19,9 @@ Tables (CSV, one file each; see :data:`TABLES`):
   ``adaptation_scenarios`` - target x prior x K x method: mean gain over encoders, range, hurt
   encoders; ``adaptation_methods`` - per method and K over all scenarios: mean gain, range of
   scenario means, scenarios hurt, encoder x scenario cells hurt, worst cell and a hierarchical
-  bootstrap CI (A.12).
+  bootstrap CI (A.12). The methods are every ``gain_<m>`` / ``f1_macro_<m>`` column pair of the
+  runs (adaptation-registry order first), so a plugin's method is audited like a built-in;
+  ``upper_bound`` marks methods registered with ``needs_labels`` (``oracle_cb``).
 * ``selector_regret`` / ``selector_summary`` - Spearman of each label-free score with the true
   target macro-F1 and the selection regret, on the whole target and under every prior, next to
   selection by in-domain accuracy (A.10-A.11); ``consensus`` and ``agl_acc`` need per-example
@@ -43,18 +46,19 @@ import pandas as pd
 from prism_plugin.adaptation import priors as pri
 from prism_plugin.adaptation import selection as sel
 from prism_plugin.adaptation import stats
+from prism_plugin.adaptation.calibration import ARMS as CAL_ARMS
 from prism_plugin.adaptation.calibration import METRICS as CAL_METRICS
-from prism_plugin.adaptation.config import METHODS
 from prism_plugin.errors import PrismError
 
 TABLES = ("rank_matrix", "rank_transfer", "calibration_transfer", "calibration_summary", "adaptation_full",
           "adaptation_scenarios", "adaptation_methods", "selector_regret", "selector_summary",
           "paired_bootstrap", "diagnostics")
-CAL_ARMS = ("raw", "src", "oracle", "k4", "k8", "k16", "k32", "cbr", "cbr_src")
 GROUP = ["task", "probe"]
 #: priors counted as "balanced" in the selector summary; every other prior is "skewed" and the
 #: whole target split (its own class prior) is "target"
 BALANCED_PRIORS = {"balanced"}
+#: the column that marks a run audited by the adaptation plugin
+AUDIT_COLUMN = "id_f1_macro"
 
 
 @dataclass
@@ -64,64 +68,119 @@ class AuditInputs:
     artifacts: dict[tuple[str, str, str], list[Path]] = field(default_factory=dict)  # (task, probe, model) -> npz
     task_info: dict[str, dict] = field(default_factory=dict)  # task -> {priors, class_names, n_classes}
     notes: list[str] = field(default_factory=list)
+    #: method name -> needs target labels (an upper bound), from the adaptation registry
+    upper_bounds: dict[str, bool] = field(default_factory=dict)
+    #: methods in registry order (then any other method found in the columns)
+    method_order: tuple[str, ...] = ()
 
 
 # -- loading ------------------------------------------------------------------------------------
 
-def find_results(paths: Iterable[Path]) -> list[Path]:
+def result_files(paths: Iterable[Path]) -> list[Path]:
+    """The ``runs.csv`` files to audit: :func:`~prism_plugin.tables.find_runs_files`, members only.
+
+    A folder whose sub-folders hold results too (a ``--group`` folder) has a combined table beside
+    its members' tables: the members are read (they hold the per-example artifacts), the combined
+    table is not, so no run counts twice.
+    """
+    from prism_plugin.tables import find_runs_files
+
     found: list[Path] = []
     for p in paths:
         p = Path(p)
         if not p.exists():
             raise PrismError(f"{p}: no such results directory")
-        if p.is_file():
-            if p.name != "runs.csv":
-                raise PrismError(f"{p}: pass results directories (folders with runs.csv)")
-            found.append(p.parent)
-            continue
-        hits = sorted({f.parent for f in p.rglob("runs.csv")})
-        # a folder whose sub-folders hold results too has a combined (group) table: read the members
-        hits = [h for h in hits if not any(o != h and h in o.parents for o in hits)]
-        if not hits:
-            raise PrismError(f"{p}: no runs.csv below this folder; pass directories written by prism-run")
-        found.extend(hits)
-    return sorted(set(found))
-
-
-def load(paths: Iterable[Path], fraction: float | None = None) -> AuditInputs:
-    dirs = find_results(paths)
-    frames = []
-    task_info: dict[str, dict] = {}
-    notes: list[str] = []
-    for d in dirs:
+        if p.is_file() and p.name != "runs.csv":
+            raise PrismError(f"{p}: pass results directories (folders with runs.csv)")
         try:
-            df = pd.read_csv(d / "runs.csv")
-        except (OSError, ValueError, pd.errors.ParserError) as exc:
-            raise PrismError(f"{d / 'runs.csv'}: unreadable ({type(exc).__name__}: {exc})") from None
-        for col in ("model", "task", "fraction", "seed", "f1_macro"):
-            if col not in df.columns:
-                raise PrismError(f"{d / 'runs.csv'}: column {col!r} missing; not a prism-run results table")
-        df = df.copy()  # consolidate the wide table before adding columns
-        if "probe" not in df.columns:
-            df["probe"] = "logistic"
-        df["_dir"] = str(d)
-        frames.append(df)
-        summary = d / "summary.json"
-        if summary.exists():
+            files = find_runs_files([p])
+        except PrismError:
+            raise PrismError(f"{p}: no runs.csv below this folder; pass directories written by prism-run") from None
+        if p.is_dir() and files == [p / "runs.csv"]:  # a group folder: its members, when it has any
+            subs = [d for d in sorted(p.iterdir()) if d.is_dir()]
             try:
-                resolved = json.loads(summary.read_text()).get("resolved_task") or {}
-            except (OSError, ValueError):
-                resolved = {}
-            if resolved.get("name"):
-                task_info[str(resolved["name"])] = {"priors": resolved.get("priors") or {},
-                                                    "class_names": tuple(resolved.get("class_names") or ()),
-                                                    "n_classes": int(resolved.get("n_classes") or 0)}
-    runs = pd.concat(frames, ignore_index=True, sort=False)
-    audited = runs["id_f1_macro"].notna() if "id_f1_macro" in runs else pd.Series(False, index=runs.index)
-    if not audited.any():
+                members = find_runs_files(subs) if subs else []
+            except PrismError:
+                members = []
+            files = files + members
+        found.extend(files)
+    dirs = sorted({f.parent for f in found})
+    leaves = [d for d in dirs if not any(o != d and d in o.parents for o in dirs)]
+    return [d / "runs.csv" for d in leaves]
+
+
+def audited_rows(tables) -> pd.DataFrame:
+    """Every per-run row (of any table kind) that carries the adaptation plugin's columns."""
+    frames = []
+    items = tables.items() if hasattr(tables, "items") else []
+    for _kind, df in items:
+        if df is None or AUDIT_COLUMN not in df.columns:
+            continue
+        frames.append(df[df[AUDIT_COLUMN].notna()])
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True, sort=False)
+
+
+def _task_info(dirs: Sequence[Path]) -> dict[str, dict]:
+    task_info: dict[str, dict] = {}
+    for d in dirs:
+        summary = Path(d) / "summary.json"
+        if not summary.exists():
+            continue
+        try:
+            resolved = json.loads(summary.read_text()).get("resolved_task") or {}
+        except (OSError, ValueError):
+            resolved = {}
+        if resolved.get("name"):
+            task_info[str(resolved["name"])] = {"priors": resolved.get("priors") or {},
+                                                "class_names": tuple(resolved.get("class_names") or ()),
+                                                "n_classes": int(resolved.get("n_classes") or 0)}
+    return task_info
+
+
+def _artifacts(runs: pd.DataFrame, dirs: Sequence[Path]) -> dict[tuple[str, str, str], list[Path]]:
+    """(task, probe, model) -> the per-example prediction files of the audited runs."""
+    wanted = {(str(t), str(p), str(m), float(f)) for t, p, m, f in
+              runs[["task", "probe", "model", "fraction"]].drop_duplicates().itertuples(index=False)}
+    artifacts: dict[tuple[str, str, str], list[Path]] = {}
+    for d in dirs:
+        folder = Path(d) / "artifacts"
+        if not folder.is_dir() or not (Path(d) / "runs.csv").exists():
+            continue
+        try:
+            keys = pd.read_csv(Path(d) / "runs.csv", usecols=lambda c: c in ("task", "probe", "model", "fraction"))
+        except (OSError, ValueError, pd.errors.ParserError):
+            continue
+        if not {"task", "model", "fraction"} <= set(keys.columns):
+            continue
+        if "probe" not in keys.columns:
+            keys["probe"] = "logistic"
+        for task, probe, model, fr in keys[["task", "probe", "model", "fraction"]].drop_duplicates().itertuples(
+                index=False):
+            key = (str(task), str(probe), str(model), float(fr))
+            if key not in wanted:
+                continue
+            safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key[0])
+            files = sorted(folder.glob(f"{safe}--f{key[3]:g}-s*.npz"))
+            if files:
+                artifacts.setdefault(key[:3], []).extend(files)
+    return artifacts
+
+
+def prepare(runs: pd.DataFrame, fraction: float | None = None, results_dirs: Sequence[Path] = (),
+            host=None) -> AuditInputs:
+    """Seed means per (task, probe, model) of the audited rows at one label fraction per task."""
+    notes: list[str] = []
+    if runs is None or runs.empty or AUDIT_COLUMN not in runs.columns or not runs[AUDIT_COLUMN].notna().any():
         raise PrismError("no run carries the adaptation plugin's columns (id_f1_macro, gain_*, ...): run transfer "
                          "tasks (or tasks with `adaptation:`) with the adaptation plugin enabled")
-    runs = runs[audited].copy()
+    for col in ("model", "task", "fraction", "seed", "f1_macro"):
+        if col not in runs.columns:
+            raise PrismError(f"the audited runs lack column {col!r}; not a prism-run results table")
+    runs = runs[runs[AUDIT_COLUMN].notna()].copy()
+    if "probe" not in runs.columns:
+        runs["probe"] = "logistic"
     if fraction is None:
         top = runs.groupby("task")["fraction"].transform("max")
         runs = runs[runs["fraction"] == top]
@@ -133,22 +192,28 @@ def load(paths: Iterable[Path], fraction: float | None = None) -> AuditInputs:
     if dup.any():
         notes.append(f"{int(dup.sum())} duplicate (task, probe, model, seed) rows: the last directory read wins")
         runs = runs[~dup]
-    numeric = [c for c in runs.columns if c not in ("model", "task", "probe", "_dir")
+    numeric = [c for c in runs.columns if c not in ("model", "task", "probe")
                and pd.api.types.is_numeric_dtype(runs[c])]
     means = runs.groupby(["task", "probe", "model"], sort=True)[numeric].mean().reset_index()
     extra = runs.groupby(["task", "probe", "model"], sort=True).agg(
         n_seeds=("seed", "nunique"), **{c: (c, "first") for c in ("src", "tgt", "pair") if c in runs.columns}
     ).reset_index()
     means = means.drop(columns=[c for c in ("seed",) if c in means.columns]).merge(extra, on=["task", "probe", "model"])
-    artifacts: dict[tuple[str, str, str], list[Path]] = {}
-    for (task, probe, model, fr, d), _ in runs.groupby(["task", "probe", "model", "fraction", "_dir"]):
-        folder = Path(d) / "artifacts"
-        if folder.is_dir():
-            safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in task)
-            files = sorted(folder.glob(f"{safe}--f{float(fr):g}-s*.npz"))
-            if files:
-                artifacts.setdefault((task, probe, model), []).extend(files)
-    return AuditInputs(runs=runs, means=means, artifacts=artifacts, task_info=task_info, notes=notes)
+    dirs = [Path(d) for d in results_dirs]
+    upper, order = _method_traits(host)
+    return AuditInputs(runs=runs, means=means, artifacts=_artifacts(runs, dirs), task_info=_task_info(dirs),
+                       notes=notes, upper_bounds=upper, method_order=order)
+
+
+def _method_traits(host) -> tuple[dict[str, bool], tuple[str, ...]]:
+    try:
+        from prism_plugin.adaptation.config import registry
+
+        reg = registry(host)
+    except PrismError:
+        return {}, ()
+    methods = [e for e in reg.entries() if e.meta.get("role") == "method"]
+    return {e.name: bool(e.meta.get("needs_labels")) for e in methods}, tuple(e.name for e in methods)
 
 
 # -- A: rank transfer ---------------------------------------------------------------------------
@@ -209,14 +274,16 @@ def calibration_tables(inp: AuditInputs) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 # -- C: adaptation under priors -----------------------------------------------------------------
 
-def _methods_present(columns: Iterable[str]) -> list[str]:
-    cols = set(columns)
-    return [m for m in METHODS if f"gain_{m}" in cols]
+def methods_present(columns: Iterable[str], order: Sequence[str] = ()) -> list[str]:
+    """Methods with ``gain_<m>`` and ``f1_macro_<m>`` columns: registry order first, then the others."""
+    cols = list(columns)
+    found = [c[len("gain_"):] for c in cols if c.startswith("gain_") and f"f1_macro_{c[len('gain_'):]}" in cols]
+    return [m for m in order if m in found] + [m for m in found if m not in order]
 
 
 def adaptation_tables(inp: AuditInputs, B: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     m = inp.means
-    methods = _methods_present(m.columns)
+    methods = methods_present(m.columns, inp.method_order)
     full_rows = []
     for (task, probe), g in m.groupby(GROUP, sort=True):
         for meth in methods:
@@ -261,7 +328,7 @@ def adaptation_tables(inp: AuditInputs, B: int, seed: int) -> tuple[pd.DataFrame
             "mean_gain": float(per_scen.mean()), "range_low": float(per_scen.min()), "range_high": float(per_scen.max()),
             "scenarios_hurt": int((per_scen < 0).sum()), "cells": int(len(g)), "cells_hurt": int((g["gain"] < 0).sum()),
             "worst_cell": float(g["gain"].min()), "ci_low": hb["ci_low"], "ci_high": hb["ci_high"],
-            "upper_bound": meth == "oracle_cb",
+            "upper_bound": bool(inp.upper_bounds.get(meth, meth == "oracle_cb")),
         })
     return full, scen, pd.DataFrame(method_rows)
 
@@ -417,9 +484,9 @@ def diagnostics_table(inp: AuditInputs) -> pd.DataFrame:
 
 # -- all ----------------------------------------------------------------------------------------
 
-def build(paths: Iterable[Path], *, fraction: float | None = None, B: int = stats.BOOTSTRAP_B, seed: int = 0,
+def build(inp: AuditInputs, *, B: int = stats.BOOTSTRAP_B, seed: int = 0,
           compare: Sequence[tuple[str, str]] = ()) -> tuple[dict[str, pd.DataFrame], dict[str, Any]]:
-    inp = load(paths, fraction)
+    """Every audit table (see :data:`TABLES`) and the headline numbers."""
     tables: dict[str, pd.DataFrame] = {}
     tables["rank_matrix"], tables["rank_transfer"] = rank_tables(inp, B, seed)
     tables["calibration_transfer"], tables["calibration_summary"] = calibration_tables(inp)
@@ -450,37 +517,3 @@ def build(paths: Iterable[Path], *, fraction: float | None = None, B: int = stat
                                                                    "cells_hurt": f"{r.cells_hurt}/{r.cells}"}
                                   for r in am.itertuples()}
     return tables, headline
-
-
-def to_markdown(tables: dict[str, pd.DataFrame], headline: dict[str, Any]) -> str:
-    def md(df: pd.DataFrame, cols: Sequence[str] | None = None, n: int = 40) -> str:
-        if df is None or df.empty:
-            return "_(not available)_\n"
-        d = df[[c for c in (cols or df.columns) if c in df.columns]].head(n)
-        head = "| " + " | ".join(map(str, d.columns)) + " |\n| " + " | ".join("---" for _ in d.columns) + " |\n"
-        body = ""
-        for row in d.itertuples(index=False):
-            body += "| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row) + " |\n"
-        return head + body
-
-    parts = ["# Acquisition-shift audit\n",
-             f"{headline['n_runs']} runs; models: {', '.join(headline['models'])}; tasks: {', '.join(headline['tasks'])}; "
-             f"probes: {', '.join(headline['probes'])}.\n"]
-    for note in headline.get("notes", []):
-        parts.append(f"> note: {note}\n")
-    parts += ["\n## Rank transfer (in-domain vs target macro-F1)\n",
-              md(tables["rank_transfer"], ["task", "probe", "n_models", "spearman_rho", "rho_ci_low", "rho_ci_high",
-                                           "id_best", "id_best_target_rank", "target_best", "regret_id_accuracy"]),
-              "\n## Calibration transfer (mean over encoder x target cells)\n",
-              md(tables["calibration_summary"]),
-              "\n## Adaptation under class priors (per method and K)\n",
-              md(tables["adaptation_methods"]),
-              "\n## Adaptation on the whole target\n",
-              md(tables["adaptation_full"]),
-              "\n## Label-free selection\n",
-              md(tables["selector_summary"]),
-              "\n## Paired bootstrap of macro-F1 differences\n",
-              md(tables["paired_bootstrap"], ["task", "probe", "model_a", "model_b", "diff", "ci_low", "ci_high",
-                                              "excludes_zero"]),
-              "\n## Diagnostics\n", md(tables["diagnostics"])]
-    return "\n".join(parts)

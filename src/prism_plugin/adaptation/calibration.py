@@ -42,6 +42,8 @@ from prism_plugin.protocol.temperature import T_BOUNDS, fit_temperature
 FEW_SHOT_KS = (4, 8, 16, 32)
 FEW_SHOT_DRAWS = FEWSHOT_REPEATS
 METRICS = ("ece_top", "ece_adaptive", "nll", "brier")
+#: the arms of :func:`calibration_transfer`, in the order it returns them (``calx_<arm>_<metric>``)
+ARMS = ("raw", "src", "oracle", *(f"k{k}" for k in FEW_SHOT_KS), "cbr", "cbr_src")
 
 
 def top_label_ece(y: np.ndarray, proba: np.ndarray, n_bins: int = 15, scheme: str = "fixed") -> float:
@@ -147,4 +149,4 @@ def flatten(arms: Mapping[str, Mapping[str, float]], temps: Mapping[str, float],
 
 
 __all__ = ["top_label_ece", "calibration_metrics", "few_shot_temperature", "calibration_transfer", "flatten",
-           "FEW_SHOT_KS", "METRICS", "EPS_LOG"]
+           "ARMS", "FEW_SHOT_KS", "METRICS", "EPS_LOG"]

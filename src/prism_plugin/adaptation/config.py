@@ -1,13 +1,16 @@
-"""Validation of the task keys ``adaptation`` and ``priors`` (called by the task schema).
+"""Validation of the task keys ``adaptation`` and ``priors`` (called by the task-key validators).
 
-``adaptation`` lists what the adaptation plugin computes for each run::
+``adaptation`` lists what the adaptation plugin computes for each run: names of the adaptation
+registry (``prism-run ls adaptation``; filled by the ``register_adaptation`` hook, so a plugin adds
+methods of its own). Built in::
 
-    adaptation: [tgtstd, cbr, cbr_mean, bbse, cbr_bbse, shot_im, oracle_cb,   # methods
-                 calibration, selectors,                                       # analyses
-                 decodability, projection]                                     # diagnostics
+    adaptation: [tgtstd, cbr, cbr_mean, bbse, cbr_bbse, shot_im, oracle_cb,   # role "method"
+                 calibration, selectors,                                       # role "analysis"
+                 decodability, projection]                                     # role "diagnostic"
 
-Absent: transfer runs get :data:`DEFAULT_TRANSFER`, in-distribution runs nothing.
-``adaptation: []`` switches the plugin off for that task.
+Absent: transfer runs get every entry registered with ``default=True`` (the built-in methods and
+analyses; not the diagnostics), in-distribution runs nothing. ``adaptation: []`` switches the
+plugin off for that task.
 
 ``priors`` adds the class-prior stress test (every listed method, the unadapted head and
 the selectors on target batches resampled to each prior)::
@@ -20,7 +23,7 @@ the selectors on target batches resampled to each prior)::
       draws: 10                    # repeated draws per (prior, K)
       seed: 0
 
-Only light imports here: the schema imports this module.
+Only light imports at module level: the task schema imports this module.
 """
 
 from __future__ import annotations
@@ -29,12 +32,6 @@ import math
 from typing import Any, Callable
 
 from prism_plugin.errors import suggest
-
-METHODS = ("tgtstd", "cbr", "cbr_mean", "bbse", "cbr_bbse", "shot_im", "oracle_cb")
-ANALYSES = ("calibration", "selectors")
-DIAGNOSTICS = ("decodability", "projection")
-KNOWN = METHODS + ANALYSES + DIAGNOSTICS
-DEFAULT_TRANSFER = METHODS + ANALYSES
 
 #: Built-in prior names. ``dominant:<class>:<share>`` is accepted as well (see priors.py).
 BUILTIN_PRIORS = ("balanced", "natural", "mild", "clinical", "neutrophil_heavy")
@@ -45,17 +42,42 @@ DEFAULT_PRIORS = {"names": ["balanced", "mild", "clinical", "neutrophil_heavy"],
 Fail = Callable[[str, str], Exception]
 
 
-def check_adaptation(value: Any, fail: Fail) -> tuple[str, ...]:
-    """A list of known method/analysis names (duplicates removed, order kept)."""
+def registry(host=None):
+    """The adaptation registry of ``host`` (default: the shared plugin host)."""
+    if host is None:
+        from prism_plugin.plugins import get_host
+
+        host = get_host()
+    return host.adaptation
+
+
+def names(role: str | None = None, host=None) -> tuple[str, ...]:
+    """Registered adaptation names (of one ``role``), in registration order."""
+    return tuple(e.name for e in registry(host).entries() if role is None or e.meta.get("role") == role)
+
+
+def default_names(host=None) -> tuple[str, ...]:
+    """What a transfer run computes without an ``adaptation:`` key: every ``default=True`` entry."""
+    return tuple(e.name for e in registry(host).entries() if e.meta.get("default", True))
+
+
+def check_adaptation(value: Any, fail: Fail, host=None) -> tuple[str, ...]:
+    """A list of registered adaptation names (any role; aliases resolved, duplicates removed, order kept)."""
     if value is None:
         return ()
+    reg = registry(host)
+    known = reg.names()
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise fail("adaptation", f"must be a list of names from {', '.join(KNOWN)}, got {value!r}")
+        raise fail("adaptation", f"must be a list of names from {', '.join(known)}, got {value!r}")
     out: list[str] = []
     for v in value:
-        name = v.strip().replace("-", "_")
-        if name not in KNOWN:
-            raise fail("adaptation", f"unknown entry {v!r}{suggest(name, KNOWN)} (known: {', '.join(KNOWN)})")
+        name = v.strip()
+        if name not in reg:
+            name = name.replace("-", "_")
+        if name not in reg:
+            raise fail("adaptation", f"unknown entry {v!r}{suggest(name, reg.names(with_aliases=True))} "
+                                     f"(available: {', '.join(known)}; see `prism-run ls adaptation`)")
+        name = reg.resolve(name)
         if name not in out:
             out.append(name)
     return tuple(out)

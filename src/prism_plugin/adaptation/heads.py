@@ -1,4 +1,4 @@
-"""Probe heads of the hematology audit, registered through the ``probe_heads`` hook.
+"""Probe heads of the hematology audit, registered through the ``register_heads`` hook.
 
 Every head here fits its feature standardisation (per-feature mean and population std, a zero std
 replaced by 1, as scikit-learn's ``StandardScaler``) on the features it is trained on, i.e. the
@@ -12,7 +12,8 @@ evaluates, as the audit does ("fit source-domain standardization", all heads). S
   the cosine head), and
 * ``linear_params()`` - ``(W, b)`` with ``softmax(transform(X) @ W.T + b) == proba`` when the head
   is linear in that space (logistic, SVM, both centroids), else ``None`` (1-NN). SHOT-IM adapts
-  these parameters.
+  these parameters; the heads are registered with the matching ``linear`` trait (every head but
+  ``knn1``), which SHOT-IM reads from the head registry.
 
 ====================  ===============================================================================
 kind                  head

@@ -1,9 +1,14 @@
-"""The adaptation plugin: audit heads (``probe_heads``) and per-run audit columns (``run_metrics``).
+"""The adaptation plugin: audit heads (``register_heads``), the built-in test-time adaptation
+methods, analyses and diagnostics (``register_adaptation``) and the per-run audit columns
+(``run_metrics``).
 
 Active for transfer runs (``run.meta["kind"] == "transfer"``) and for any task that sets
 ``adaptation`` or ``priors`` (see :mod:`prism_plugin.adaptation.config`); needs the run's features
-(``run.features``), so it does nothing for callers that do not provide them. Columns (method m in
-the task's list; all macro-F1 on the target evaluation split):
+(``run.features``), so it does nothing for callers that do not provide them. The methods a run
+computes are the adaptation registry's entries of role ``"method"`` that the task chose (or the
+``default=True`` ones), in registration order: a plugin's own method gets the same columns and
+takes part in the class-prior stress test like a built-in. Columns (method m; all macro-F1 on the
+target evaluation split):
 
 * ``id_f1_macro``, ``id_accuracy`` - the probe on the held-out **source** split (val): the
   in-domain score used for rank transfer and in-domain selection.
@@ -38,9 +43,9 @@ from prism_plugin.adaptation import calibration as cal
 from prism_plugin.adaptation import priors as pri
 from prism_plugin.adaptation import selection as sel
 from prism_plugin.adaptation import stats
-from prism_plugin.adaptation.config import DEFAULT_TRANSFER, METHODS
+from prism_plugin.adaptation import config
 from prism_plugin.adaptation.heads import HEADS
-from prism_plugin.adaptation.tta import AdaptationInputs, adapt, source_moments
+from prism_plugin.adaptation.tta import BUILTIN_METHODS, AdaptationInputs, adapt, cbr_outputs, source_moments
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.adaptation.stats import macro_f1 as f1_macro
 from prism_plugin.metrics.core import nll
@@ -51,18 +56,48 @@ DECODABILITY_DRAWS = 3
 
 
 @hookimpl
-def probe_heads(register) -> None:
+def register_heads(register) -> None:
     for kind, factory in HEADS.items():
-        register(kind, factory)
+        register(kind, factory, linear=kind != "knn1", description=(factory.__doc__ or "").strip().split("\n")[0])
 
 
-def selected_analyses(meta: Mapping[str, Any]) -> tuple[str, ...]:
-    """What this run computes: the task's ``adaptation`` list, else the transfer default."""
+#: what the analyses and diagnostics of this plugin compute (``prism-run ls adaptation``)
+ANALYSES = {
+    "calibration": ("analysis", True, "calibration transfer: calx_<arm>_<metric> (raw, source T, oracle T, "
+                                      "K-shot T, CBR, CBR + source T)"),
+    "selectors": ("analysis", True, "label-free encoder-selection scores sel_<score>"),
+    "decodability": ("diagnostic", False, "domain (scanner) decodability of the features: dom_decode_*"),
+    "projection": ("diagnostic", False, "probe retrained without the source-target mean direction: proj_*"),
+}
+
+
+@hookimpl
+def register_adaptation(register) -> None:
+    """The built-in methods (in column order), then the analyses and diagnostics."""
+    for name, (method, needs_labels) in BUILTIN_METHODS.items():
+        register(name, method, role="method", default=True, needs_labels=needs_labels,
+                 description=(method.__doc__ or "").strip().split("\n")[0])
+    for name, (role, default, description) in ANALYSES.items():
+        register(name, role=role, default=default, description=description)
+
+
+def _host(run):
+    """The plugin host that runs this grid (``run.host``), else the shared one."""
+    host = getattr(run, "host", None)
+    if host is None:
+        from prism_plugin.plugins import get_host
+
+        host = get_host()
+    return host
+
+
+def selected_analyses(meta: Mapping[str, Any], host=None) -> tuple[str, ...]:
+    """What this run computes: the task's ``adaptation`` list, else every ``default=True`` entry."""
     chosen = meta.get("adaptation")
     if chosen is not None:
         return tuple(chosen)
     if meta.get("kind") == "transfer" or meta.get("priors"):
-        return DEFAULT_TRANSFER
+        return config.default_names(host)
     return ()
 
 
@@ -73,18 +108,22 @@ def artifact_name(task: str, fraction: float, seed: int) -> str:
 
 @hookimpl
 def run_metrics(run) -> Mapping[str, Any] | None:
-    chosen = selected_analyses(run.meta)
     feats = run.features
-    if not chosen or feats is None:
+    if feats is None:
         return None
-    return AuditRun(run, chosen).columns()
+    host = _host(run)
+    chosen = selected_analyses(run.meta, host)
+    if not chosen:
+        return None
+    return AuditRun(run, chosen, host).columns()
 
 
 class AuditRun:
     """The adaptation plugin's work on one run."""
 
-    def __init__(self, run, chosen: tuple[str, ...]):
+    def __init__(self, run, chosen: tuple[str, ...], host=None):
         self.run, self.chosen = run, chosen
+        self.host = _host(run) if host is None else host
         feats = run.features
         self.X = np.asarray(feats.test_X, dtype=np.float32)
         self.y = np.asarray(run.y_test, dtype=np.int64)
@@ -96,8 +135,12 @@ class AuditRun:
         val = run.calibration.get("val")
         self.val_pred = None if val is None else np.asarray(val.logits).argmax(axis=1)
         self.val_y = None if val is None else np.asarray(val.labels, dtype=np.int64)
+        kind = getattr(feats, "head_kind", "") or ""
+        heads = self.host.registry("heads")
+        linear = bool(self.host.head_traits(kind).get("linear")) if kind and kind in heads else None
         self.inputs = AdaptationInputs(head=feats.head, source=self.source, n_classes=self.k,
-                                       val_pred=self.val_pred, val_y=self.val_y, seed=run.seed)
+                                       val_pred=self.val_pred, val_y=self.val_y, seed=run.seed,
+                                       head_kind=kind, head_linear=linear)
         self.base_proba = np.asarray(run.proba_test, dtype=np.float64)
         self.f1_base = f1_macro(self.y, self.base_proba.argmax(axis=1))
         self.cache: dict = {}
@@ -106,9 +149,9 @@ class AuditRun:
         out: dict[str, Any] = {}
         out["id_f1_macro"] = NAN if self.val_y is None else f1_macro(self.val_y, self.val_pred)
         out["id_accuracy"] = NAN if self.val_y is None else float(np.mean(self.val_pred == self.val_y))
-        methods = [m for m in METHODS if m in self.chosen]
+        methods = [m for m in config.names("method", self.host) if m in self.chosen]
         for m in methods:
-            a = adapt(m, self.X, self.inputs, base_proba=self.base_proba, y_true=self.y, cache=self.cache)
+            a = self.adapt(m, self.X, base_proba=self.base_proba, y_true=self.y, cache=self.cache)
             if a.proba is None:
                 out.update({f"f1_macro_{m}": NAN, f"gain_{m}": NAN, f"ece_{m}": NAN, f"nll_{m}": NAN})
                 continue
@@ -132,13 +175,14 @@ class AuditRun:
             self.write_artifact(Path(self.run.artifact_dir))
         return out
 
+    def adapt(self, method: str, X: np.ndarray, *, base_proba: np.ndarray, y_true: np.ndarray, cache: dict):
+        return adapt(method, X, self.inputs, base_proba=base_proba, y_true=y_true, cache=cache, host=self.host)
+
     # -- calibration transfer ---------------------------------------------------------------
     def _cbr_logits(self) -> np.ndarray:
         from prism_plugin.protocol.grid import to_logits
 
-        if ("cbr", "cbr") not in self.cache:
-            adapt("cbr", self.X, self.inputs, base_proba=self.base_proba, cache=self.cache)
-        decision = self.cache[("cbr", "cbr")][0]
+        decision = cbr_outputs(self.X, self.inputs, self.base_proba, self.cache)[0]
         return to_logits(np.asarray(decision), self.run.binary_logits)
 
     def calibration_columns(self) -> dict[str, Any]:
@@ -163,7 +207,7 @@ class AuditRun:
             vals = {"f1_none": f1_macro(yb, pb.argmax(axis=1))}
             cache: dict = {}
             for m in methods:
-                a = adapt(m, Xb, self.inputs, base_proba=pb, y_true=yb, cache=cache)
+                a = self.adapt(m, Xb, base_proba=pb, y_true=yb, cache=cache)
                 vals[f"f1_{m}"] = NAN if a.proba is None else f1_macro(yb, a.pred)
             if want_sel:
                 scores = sel.per_run_scores(pb, Xb, self.source.mean, self.source.std, self.source_prior)

@@ -38,6 +38,11 @@ method         target statistics / action
                batch, closed-form gradient, so deterministic); heads without linear parameters
                (1-NN) report NaN.
 =============  ====================================================================================
+
+Every method is a function ``method(X, inputs, *, base_proba, y_true, cache) -> Adapted`` registered
+in the adaptation registry (``register_adaptation`` hook; the built-ins by
+:mod:`prism_plugin.adaptation.plugin`, in the order of :data:`BUILTIN_METHODS`); :func:`adapt`
+dispatches through it, so a plugin's method runs exactly like a built-in.
 """
 
 from __future__ import annotations
@@ -209,6 +214,9 @@ class AdaptationInputs:
     seed: int = 0
     shot_steps: int = SHOT_STEPS
     shot_lr: float = SHOT_LR
+    #: the head's registered kind and its ``linear`` trait (``None``: unknown, probe the head)
+    head_kind: str = ""
+    head_linear: bool | None = None
 
 
 def _evaluate(head, X) -> tuple[np.ndarray, np.ndarray]:
@@ -216,47 +224,143 @@ def _evaluate(head, X) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(out.decision), np.asarray(out.proba, dtype=np.float64)
 
 
-def adapt(method: str, X: np.ndarray, inputs: AdaptationInputs, *, base_proba: np.ndarray | None = None,
-          y_true: np.ndarray | None = None, cache: dict | None = None) -> Adapted:
-    """Apply ``method`` to the target batch ``X``; ``y_true`` is read by ``oracle_cb`` only."""
+# -- the built-in methods (registered by :mod:`prism_plugin.adaptation.plugin`) -------------
+#
+# Every method has the signature of the ``register_adaptation`` hook:
+# ``method(X, inputs, *, base_proba, y_true, cache) -> Adapted``. ``base_proba`` is the unadapted
+# head's probabilities on ``X``; ``y_true`` is ``None`` unless the method was registered with
+# ``needs_labels=True``; ``cache`` is shared by the methods run on the same batch.
+
+def tgtstd(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None) -> Adapted:
+    """Re-standardise with the batch's own mean and std (feature BN / AdaBN-style)."""
+    d, p = _evaluate(inputs.head, restandardise(X, batch_moments(X), inputs.source))
+    return Adapted("tgtstd", p, d)
+
+
+def _class_balanced(method: str, X, inputs: AdaptationInputs, base_proba, cache, second_moment: bool) -> Adapted:
+    src = inputs.source
+    mom = class_balanced_moments(X, base_proba.argmax(axis=1), src.std, second_moment=second_moment)
+    d, p = _evaluate(inputs.head, restandardise(X, mom, src))
+    if cache is not None:
+        cache[("cbr", method)] = (d, p)
+    return Adapted(method, p, d, mom.note)
+
+
+def cbr(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None) -> Adapted:
+    """Class-balanced re-standardisation from the source probe's pseudo-labels."""
+    return _class_balanced("cbr", X, inputs, base_proba, cache, True)
+
+
+def cbr_mean(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None) -> Adapted:
+    """CBR's class-balanced mean with the source std (first-moment ablation)."""
+    return _class_balanced("cbr_mean", X, inputs, base_proba, cache, False)
+
+
+def cbr_outputs(X, inputs: AdaptationInputs, base_proba, cache: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(decision, proba) of the head on CBR-adapted features, computed once per batch (``cache``)."""
+    if ("cbr", "cbr") not in cache:
+        cbr(X, inputs, base_proba=base_proba, cache=cache)
+    return cache[("cbr", "cbr")]
+
+
+def oracle_cb(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None) -> Adapted:
+    """CBR with the true target labels: the labelled upper bound (not deployable)."""
+    if y_true is None:
+        return Adapted("oracle_cb", None, None, "needs the target labels")
+    src = inputs.source
+    mom = class_balanced_moments(X, y_true, src.std)
+    d, p = _evaluate(inputs.head, restandardise(X, mom, src))
+    return Adapted("oracle_cb", p, d, "upper bound: uses target labels")
+
+
+def _bbse(method: str, probs: np.ndarray, inputs: AdaptationInputs) -> Adapted:
+    w = bbse_weights(inputs.val_pred, inputs.val_y, probs.argmax(axis=1), inputs.n_classes)
+    return Adapted(method, bbse_adjust(probs, w), None, "w=" + ",".join(f"{v:.3g}" for v in w))
+
+
+def bbse(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None) -> Adapted:
+    """Black-box shift estimation: re-weight the probabilities by the estimated prior ratio."""
+    if inputs.val_pred is None or inputs.val_y is None:
+        return Adapted("bbse", None, None, "needs a held-out source split (val)")
+    return _bbse("bbse", base_proba, inputs)
+
+
+def cbr_bbse(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None) -> Adapted:
+    """BBSE on the CBR-adapted probabilities (CBR reused through ``cache``)."""
+    if inputs.val_pred is None or inputs.val_y is None:
+        return Adapted("cbr_bbse", None, None, "needs a held-out source split (val)")
     cache = {} if cache is None else cache
-    head, src = inputs.head, inputs.source
+    return _bbse("cbr_bbse", cbr_outputs(X, inputs, base_proba, cache)[1], inputs)
+
+
+def shot_im(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None) -> Adapted:
+    """SHOT's information maximisation on the linear head (encoder frozen)."""
+    head = inputs.head
+    name = inputs.head_kind or getattr(head, "kind", type(head).__name__)
+    if inputs.head_linear is False:
+        return Adapted("shot_im", None, None, f"head {name} is not linear (a head registered with linear=True "
+                                              "offers linear_params())")
+    params = linear_params(head)
+    if params is None:
+        return Adapted("shot_im", None, None, f"head {name} is not linear")
+    W, b = params
+    Z = head_space(head, np.asarray(X, dtype=np.float32))
+    W2, b2 = information_maximisation(Z, W, b, steps=inputs.shot_steps, lr=inputs.shot_lr, seed=inputs.seed)
+    return Adapted("shot_im", softmax(Z @ W2.T + b2), None)
+
+
+#: The built-in methods in their registration order (the column order of ``runs.csv``): name ->
+#: (function, needs target labels). Registered by :func:`prism_plugin.adaptation.plugin.register_adaptation`.
+BUILTIN_METHODS = {
+    "tgtstd": (tgtstd, False),
+    "cbr": (cbr, False),
+    "cbr_mean": (cbr_mean, False),
+    "bbse": (bbse, False),
+    "cbr_bbse": (cbr_bbse, False),
+    "shot_im": (shot_im, False),
+    "oracle_cb": (oracle_cb, True),
+}
+
+
+def adapt(method: str, X: np.ndarray, inputs: AdaptationInputs, *, base_proba: np.ndarray | None = None,
+          y_true: np.ndarray | None = None, cache: dict | None = None, host=None) -> Adapted:
+    """Apply the registered adaptation ``method`` to the target batch ``X``.
+
+    The method is looked up in the adaptation registry of ``host`` (default: the shared host);
+    an unknown name raises :class:`~prism_plugin.errors.UnknownNameError`. ``y_true`` reaches only
+    methods registered with ``needs_labels=True`` (``oracle_cb``).
+    """
+    from prism_plugin.errors import PrismError
+
+    if host is None:
+        from prism_plugin.plugins import get_host
+
+        host = get_host()
+    registry = host.adaptation
+    entry = registry.entry(method)
+    role = entry.meta.get("role", "method")
+    if role != "method":
+        raise PrismError(f"adaptation {entry.name!r} is an {role}, not a method: it has no adapt step")
+    fn = registry.get(entry.name)
+    cache = {} if cache is None else cache
     if base_proba is None:
-        base_proba = _evaluate(head, X)[1]
-    pseudo = base_proba.argmax(axis=1)
-    if method == "tgtstd":
-        d, p = _evaluate(head, restandardise(X, batch_moments(X), src))
-        return Adapted(method, p, d)
-    if method in ("cbr", "cbr_mean"):
-        key = ("cbr", method)
-        mom = class_balanced_moments(X, pseudo, src.std, second_moment=(method == "cbr"))
-        d, p = _evaluate(head, restandardise(X, mom, src))
-        cache[key] = (d, p)
-        return Adapted(method, p, d, mom.note)
-    if method == "oracle_cb":
-        if y_true is None:
-            return Adapted(method, None, None, "needs the target labels")
-        mom = class_balanced_moments(X, y_true, src.std)
-        d, p = _evaluate(head, restandardise(X, mom, src))
-        return Adapted(method, p, d, "upper bound: uses target labels")
-    if method in ("bbse", "cbr_bbse"):
-        if inputs.val_pred is None or inputs.val_y is None:
-            return Adapted(method, None, None, "needs a held-out source split (val)")
-        if method == "bbse":
-            probs = base_proba
-        else:
-            if ("cbr", "cbr") not in cache:
-                adapt("cbr", X, inputs, base_proba=base_proba, cache=cache)
-            probs = cache[("cbr", "cbr")][1]
-        w = bbse_weights(inputs.val_pred, inputs.val_y, probs.argmax(axis=1), inputs.n_classes)
-        return Adapted(method, bbse_adjust(probs, w), None, "w=" + ",".join(f"{v:.3g}" for v in w))
-    if method == "shot_im":
-        params = linear_params(head)
-        if params is None:
-            return Adapted(method, None, None, f"head {getattr(head, 'kind', type(head).__name__)} is not linear")
-        W, b = params
-        Z = head_space(head, np.asarray(X, dtype=np.float32))
-        W2, b2 = information_maximisation(Z, W, b, steps=inputs.shot_steps, lr=inputs.shot_lr, seed=inputs.seed)
-        logits = Z @ W2.T + b2
-        return Adapted(method, softmax(logits), None)
-    raise ValueError(f"unknown adaptation method {method!r}")
+        base_proba = _evaluate(inputs.head, X)[1]
+    labels = y_true if entry.meta.get("needs_labels") else None
+    try:
+        out = fn(X, inputs, base_proba=base_proba, y_true=labels, cache=cache)
+    except PrismError:
+        raise
+    except Exception as exc:
+        raise PrismError(f"adaptation method {entry.name!r} (registered by {entry.origin}) failed: "
+                         f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(out, Adapted):
+        raise PrismError(f"adaptation method {entry.name!r} (registered by {entry.origin}) returned a "
+                         f"{type(out).__name__}; return prism_plugin.adaptation.tta.Adapted(name, proba, decision)")
+    if out.proba is not None:
+        proba = np.asarray(out.proba, dtype=np.float64)
+        if proba.shape != (len(X), inputs.n_classes):
+            raise PrismError(f"adaptation method {entry.name!r} (registered by {entry.origin}) returned "
+                             f"probabilities of shape {proba.shape}, expected {(len(X), inputs.n_classes)}")
+        out.proba = proba
+    out.method = entry.name
+    return out

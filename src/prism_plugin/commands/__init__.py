@@ -1,1 +1,51 @@
-"""prism-run subcommands, one module each (registered in prism_plugin.cli.COMMAND_MODULES)."""
+"""prism-run subcommands, one module each, registered through ``register_commands`` like a plugin's.
+
+Each module defines ``add_parser(subparsers) -> ArgumentParser`` and ``run(args) -> int``. The CLI
+(:mod:`prism_plugin.cli`) builds ``prism-run NAME ...`` from the command registry
+(``host.commands``), so a third-party plugin adds a subcommand with::
+
+    @hookimpl
+    def register_commands(register):
+        register("my-command", "my_package.my_command", help="one line for prism-run --help")
+
+The main job (``prism-run --task T --model M``) is :mod:`prism_plugin.commands.run`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prism_plugin.hookspecs import hookimpl
+
+#: built-in subcommands: name -> (module, one-line help), in ``prism-run --help`` order
+BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
+    "ls": ("prism_plugin.commands.ls", "list a registry (adapters, heads, metrics, tasks, plugins, ...) with origins"),
+    "validate": ("prism_plugin.commands.validate", "check tasks (names or YAML files) without running them"),
+    "report": ("prism_plugin.commands.report", "(re)write report.html and report.md for a results directory"),
+    "compare": ("prism_plugin.commands.compare", "your models beside the eight PRISM reference FMs (CRI, transfer)"),
+    "reference": ("prism_plugin.commands.reference", "the published per-run results: derived tables, pull"),
+    "cache": ("prism_plugin.commands.cache", "list, verify or remove cached embeddings"),
+    "findings": ("prism_plugin.commands.findings", "the paper's derived tables and findings from results"),
+    "audit": ("prism_plugin.commands.audit", "the hematology acquisition-shift audit from results"),
+    "sensitivity": ("prism_plugin.commands.sensitivity", "probe-sensitivity tables from sweep results"),
+    "geometry": ("prism_plugin.commands.geometry", "embedding-geometry tables from cached embeddings"),
+}
+
+#: attribute of the parsed arguments holding the plugin host the CLI built (see :func:`host_of`)
+HOST_ATTR = "prism_host"
+
+
+def host_of(args: Any):
+    """The plugin host of this invocation: the one ``prism-run`` built, else the cached shared one."""
+    host = getattr(args, HOST_ATTR, None)
+    if host is not None:
+        return host
+    from prism_plugin.plugins import get_host
+
+    return get_host(getattr(args, "disable", None) or ())
+
+
+@hookimpl
+def register_commands(register) -> None:
+    for name, (module, help_text) in BUILTIN_COMMANDS.items():
+        register(name, module, help=help_text)

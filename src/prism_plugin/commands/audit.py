@@ -1,12 +1,16 @@
 """``prism-run audit RESULTS_DIR...``: the hematology acquisition-shift audit's tables.
 
 Combines results directories written by ``prism-run`` (any number of models, transfer tasks and
-probe heads; folders are searched for ``runs.csv``) and writes, under ``--output`` (default:
-``<first RESULTS_DIR>/audit``), ``rank_matrix.csv``, ``rank_transfer.csv``,
-``calibration_transfer.csv``, ``calibration_summary.csv``, ``adaptation_full.csv``,
-``adaptation_scenarios.csv``, ``adaptation_methods.csv``, ``selector_regret.csv``,
-``selector_summary.csv``, ``paired_bootstrap.csv``, ``diagnostics.csv`` (empty tables are skipped),
-``audit.json`` (headline numbers and notes) and ``audit.md``. See
+probe heads; found by :func:`prism_plugin.tables.find_runs_files`, a group folder read through its
+members) and writes, under ``--output`` (default: ``<first RESULTS_DIR>/audit``),
+``rank_matrix.csv``, ``rank_transfer.csv``, ``calibration_transfer.csv``,
+``calibration_summary.csv``, ``adaptation_full.csv``, ``adaptation_scenarios.csv``,
+``adaptation_methods.csv``, ``selector_regret.csv``, ``selector_summary.csv``,
+``paired_bootstrap.csv``, ``diagnostics.csv`` (empty tables are skipped), ``audit.json`` (headline
+numbers and notes), ``audit.md`` (the audit sections) and the report of those runs,
+``report.html`` + ``report.md`` (every report plugin's sections, the audit's among them, with
+figures in ``figures/``). The tables are computed by the audit's summary plugin
+(:mod:`prism_plugin.adaptation.audit_plugin`, summary stems ``audit_<table>``); see
 :mod:`prism_plugin.adaptation.audit` for what each table holds.
 """
 
@@ -37,8 +41,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from prism_plugin.adaptation.audit import TABLES, build, to_markdown
-    from prism_plugin.results import dumps, atomic_write_text, write_csv
+    from prism_plugin.adaptation import audit, audit_plugin
+    from prism_plugin.commands import host_of
+    from prism_plugin.report.build import FIGURES, build_view, write_report
+    from prism_plugin.results import atomic_write_text, dumps, write_csv
+    from prism_plugin.summaries.engine import plugin_name_of, run_summaries, summary_plugins
+    from prism_plugin.tables import SummaryOutput, tables_from_results
 
     if args.bootstrap < 100:
         raise PrismError(f"--bootstrap {args.bootstrap}: use at least 100 resamples (the audit uses 4000)")
@@ -49,22 +57,50 @@ def run(args) -> int:
         if item.count(":") != 1 or not all(item.split(":")):
             raise PrismError(f"--compare {item!r}: write MODEL_A:MODEL_B")
         compare.append(tuple(item.split(":")))
-    tables, headline = build(args.results_dirs, fraction=args.fraction, B=args.bootstrap, seed=args.seed,
-                             compare=compare)
+    host = host_of(args)
+    name = plugin_name_of(host, audit_plugin)
+    if name is None:
+        raise PrismError("the audit plugin is disabled (--disable audit); enable it to run `prism-run audit`")
+    files = audit.result_files(args.results_dirs)
+    dirs = [f.parent for f in files]
+    run_tables = tables_from_results(files, host)
+    options = {"results_dirs": dirs, "audit": {"fraction": args.fraction, "bootstrap": args.bootstrap,
+                                               "seed": args.seed, "compare": compare, "host": host}}
+    summaries = run_summaries(run_tables, options, host, only=[name])  # the audit itself: errors stop here
+    headline = dict(summaries.headline.get("audit", {}))
+    notes = [n[len("audit: "):] if n.startswith("audit: ") else n for n in summaries.notes]
+    report_notes: list[str] = []
+    for other in summary_plugins(host):  # the rest of the report's summaries: a failure is a note
+        if other == name:
+            continue
+        try:
+            summaries.merge(run_summaries(run_tables, options, host, only=[other]), other)
+        except PrismError as exc:
+            report_notes.append(f"summary plugin {other!r} failed, its tables are missing: {exc}")
     out = args.output or (args.results_dirs[0] / "audit")
     written = []
-    for name in TABLES:
-        df = tables.get(name)
+    for table in audit.TABLES:
+        df = summaries.tables.get(audit_plugin.stem(table))
         if df is None or df.empty:
             continue
-        write_csv(out / f"{name}.csv", df)
-        written.append(name)
+        write_csv(out / f"{table}.csv", df)
+        written.append(table)
     headline["tables"] = written
+    headline["notes"] = notes
     atomic_write_text(out / "audit.json", dumps(headline))
-    atomic_write_text(out / "audit.md", to_markdown(tables, headline))
+    title = f"Acquisition-shift audit: {', '.join(headline.get('models', [])[:4])}" + (
+        " …" if len(headline.get("models", [])) > 4 else "")
+    report_only = SummaryOutput(dict(summaries.tables), dict(summaries.headline), list(summaries.notes) + report_notes)
+    view = build_view(out, host, sources=dirs, run_tables=run_tables, summaries=report_only, tables_dir=out,
+                      options=options, title=title, write_tables=False)
+    atomic_write_text(out / "audit.md", audit_plugin.to_markdown(audit_plugin.audit_sections(view), headline, notes,
+                                                                 FIGURES))
+    target = write_report(out, host, sources=dirs, run_tables=run_tables, summaries=report_only, tables_dir=out,
+                          options=options, title=title)
     print(f"audit of {headline['n_runs']} runs ({len(headline['models'])} models, {len(headline['tasks'])} tasks): "
           f"{', '.join(written)}")
-    for note in headline.get("notes", []):
+    for note in notes:
         print(f"note: {note}")
     print(f"tables: {out}")
+    print(f"report: {target}")
     return 0

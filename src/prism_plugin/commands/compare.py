@@ -35,6 +35,8 @@ FEWSHOT_TOLERANCE = 0.02
 INDOMAIN_COLUMNS = ["model", "dataset", "fraction", "seed", "auroc", "ece_fixed", "ece_scaled_fixed"]
 TRANSFER_COLUMNS = ["model", "src", "tgt", "pair", "fraction", "seed", "auroc"]
 YOURS = " *"
+#: Described metrics (``register_metrics`` compare=True) that the table already shows, by column.
+BUILTIN_COMPARE = {"auroc": "auroc", "ece_fixed": "ece", "ece_scaled_fixed": "ece_scaled"}
 
 
 #: Shown in --help only (the rule is looked up in prism_plugin.summaries.cri.AGGREGATIONS at run
@@ -81,6 +83,35 @@ def _model_means(indomain: pd.DataFrame, fraction: float, column: str) -> pd.Ser
     rows = indomain.loc[fraction_mask(indomain, fraction)]
     cells = rows.groupby(["model", "dataset"], sort=False)[column].mean()
     return cells.groupby(level="model", sort=False).mean()
+
+
+def _model_aggregates(indomain: pd.DataFrame, fraction: float, info) -> pd.Series:
+    """Per model: the mean over its datasets of the seed aggregate of ``info.column`` (its
+    description's aggregation) at ``fraction``; models without a value are absent."""
+    from prism_plugin.results import aggregate
+    from prism_plugin.summaries.cri import fraction_mask
+
+    rows = indomain.loc[fraction_mask(indomain, fraction)]
+    if "dataset" not in rows.columns:
+        rows = rows.assign(dataset="")
+    cells = rows.groupby(["model", "dataset"], sort=False)[info.column].agg(
+        lambda v: aggregate(v, info.aggregation))
+    return cells.groupby(level="model", sort=False).mean().dropna()
+
+
+def compare_metrics(host, indomain: pd.DataFrame) -> list:
+    """Described metrics to show beyond the built-in columns: ``compare=True``, present (with a
+    value) in the user's in-distribution runs."""
+    from prism_plugin.metrics.descriptions import described_metrics
+
+    out = []
+    for d in described_metrics(host, "compare"):
+        c = d.info.column
+        if c in BUILTIN_COMPARE or c not in indomain.columns:
+            continue
+        if pd.to_numeric(indomain[c], errors="coerce").notna().any():
+            out.append(d)
+    return out
 
 
 def _parse_overrides(values: list[str], user_models: list[str]) -> dict[str, float]:
@@ -189,7 +220,7 @@ def transfer_report(model: str, indomain: pd.DataFrame, transfer: pd.DataFrame, 
 
 
 # --------------------------------------------------------------------------- command
-def run(args) -> int:
+def run(args, host=None) -> int:
     from prism_plugin.commands.reference import format_table, resolve_reference
     from prism_plugin.reference_data import PAPER_CRI_FRACTIONS
     from prism_plugin.summaries import cri
@@ -199,7 +230,11 @@ def run(args) -> int:
         raise PrismError(f"--fraction {fraction}: must be a label fraction in (0, 1], e.g. 1.0 or 0.01")
     cri.get_aggregation(args.aggregation)  # unknown rule -> one-line error with suggestions
 
-    user = tables_from_results(args.results_dirs)
+    if host is None:
+        from prism_plugin.commands import host_of
+
+        host = host_of(args)
+    user = tables_from_results(args.results_dirs, host)
     if user.indomain is None:
         raise PrismError(
             f"{', '.join(map(str, args.results_dirs))}: no in-distribution runs (only "
@@ -263,6 +298,17 @@ def run(args) -> int:
          "none": "none"})
     ranked = cri.rank_by_cri(table, args.aggregation)
     col = f"cri_{args.aggregation}"
+    # ---- described plugin metrics (compare=True): your models' values; the reference models have none
+    extra_columns: list[tuple[str, str]] = []
+    for d in compare_metrics(host, user_ind):
+        name = d.column if d.column not in ranked.columns else f"metric_{d.column}"
+        values = _model_aggregates(user_ind, fraction, d.info)
+        ranked[name] = values.reindex(ranked.index)
+        how = "" if d.info.aggregation == "mean" else f" ({d.info.aggregation})"
+        extra_columns.append((name, f"{d.info.label}{how}" + (f" {d.info.arrow}" if d.info.arrow else "")))
+        notes.append(f"{d.info.label} (`{d.column}`, from {d.origin}): mean over your datasets of the seed "
+                     f"{d.info.aggregation} at {fraction * 100:g} %; the reference models were not measured with "
+                     "it (n/a)")
     for m in user_models:
         if m in ranked.index and not np.isfinite(ranked.at[m, "ece_scaled"]):
             notes.append(f"{m}: CRI not computed: no scaled ECE at {fraction * 100:g} % (its in-distribution runs "
@@ -284,7 +330,7 @@ def run(args) -> int:
     shown.index = labels
     print(format_table(shown, [("auroc", "AUROC"), ("ece", "ECE"), ("ece_scaled", "ECE(T)"),
                                ("ood_stability", "OOD stab."), ("stability_source", "stability"),
-                               (col, f"CRI ({args.aggregation})")], index_label="rank model"))
+                               (col, f"CRI ({args.aggregation})"), *extra_columns], index_label="rank model"))
     if user.transfer is not None:
         for m in user_models:
             if m in set(user.transfer["model"].astype(str)):
@@ -301,4 +347,4 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["add_parser", "run", "transfer_report"]
+__all__ = ["add_parser", "compare_metrics", "run", "transfer_report"]

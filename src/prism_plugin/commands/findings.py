@@ -68,7 +68,7 @@ def parse_options(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def load_tables(results_dirs: list[Path], reference: Path | None):
+def load_tables(results_dirs: list[Path], reference: Path | None, host=None):
     """RunTables of the results directories, the reference directory, or both
     (rows of the same table concatenated; a model in both is an error)."""
     import pandas as pd
@@ -79,17 +79,17 @@ def load_tables(results_dirs: list[Path], reference: Path | None):
         raise PrismError("findings: give RESULTS_DIR... (prism-run results) or --reference DIR (published tables)")
     parts = []
     if reference is not None:
-        parts.append(RunTables.from_reference_dir(reference))
+        parts.append(RunTables.from_reference_dir(reference, host=host))
     if results_dirs:
         for d in results_dirs:
             if not d.exists():
                 raise PrismError(f"{d}: no such results directory")
-        parts.append(tables_from_results(results_dirs))
+        parts.append(tables_from_results(results_dirs, host))
     if len(parts) == 1:
         return parts[0]
     ref, own = parts
     merged = {}
-    for name in set(ref.present()) | set(own.present()):
+    for name in dict.fromkeys([*ref.present(), *own.present()]):
         a, b = getattr(ref, name), getattr(own, name)
         if a is not None and b is not None:
             clash = sorted(set(a["model"]) & set(b["model"]))
@@ -103,7 +103,7 @@ def load_tables(results_dirs: list[Path], reference: Path | None):
 
 
 def run(args) -> int:
-    from prism_plugin.plugins import get_host
+    from prism_plugin.commands import host_of
     from prism_plugin.summaries.engine import run_summaries, write_summaries
 
     if args.reference is not None and not args.reference.is_dir():
@@ -113,12 +113,12 @@ def run(args) -> int:
     if out_dir.exists() and not out_dir.is_dir():
         raise PrismError(f"--output {out_dir}: exists and is not a directory")
     options = parse_options(args.option)
-    host = get_host(args.disable)
-    tables = load_tables(list(args.results_dirs), args.reference)
+    host = host_of(args)
+    tables = load_tables(list(args.results_dirs), args.reference, host)
     if "binary_logits" not in options and args.results_dirs:
-        from prism_plugin.report.build import _binary_convention, _source_dirs
+        from prism_plugin.report.build import binary_convention, source_dirs
 
-        options["binary_logits"], _ = _binary_convention(_source_dirs(args.results_dirs))
+        options["binary_logits"], _ = binary_convention(source_dirs(args.results_dirs))
     summaries = run_summaries(tables, options, host, only=args.only)
     written = write_summaries(out_dir, summaries)
     n_tables = len(summaries.tables)

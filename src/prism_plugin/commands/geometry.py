@@ -3,7 +3,7 @@
 ::
 
     prism-run geometry --task prism_demo --model demo_vit --model timm:vit_tiny_patch16_224 \\
-        --model-args pretrained=false --output prism_results
+        --model-args pretrained=false --output prism_results   # options of the model before them
 
 For each task, the ``--split`` (default ``test``) embeddings of every model are
 read from the embedding cache (missing ones are extracted and cached, exactly as
@@ -19,6 +19,7 @@ import argparse
 import json
 from pathlib import Path
 
+from prism_plugin.commands.model_args import add_model_options
 from prism_plugin.errors import PrismError
 
 DEFAULT_OUTPUT = Path("prism_results")
@@ -33,9 +34,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "from the cache; missing ones are extracted.",
     )
     p.add_argument("--task", action="append", required=True, metavar="TASK", help="task name or YAML file; repeatable")
-    p.add_argument("--model", action="append", required=True, metavar="ADAPTER",
-                   help="adapter name; repeat for every model (at least 2)")
-    p.add_argument("--model-args", action="append", metavar="K=V[,K=V]", help="adapter options (all models)")
+    add_model_options(p, "adapter name; repeat for every model (at least 2), each followed by its own "
+                         "--model-args (or --model 'NAME[k=v]')")
     p.add_argument("--split", default="test", help="which split to compare on (default test)")
     p.add_argument("--k", type=int, default=50, help="neighbours per sample (default 50, as the paper)")
     p.add_argument("--metric", default="cosine", choices=("cosine", "euclidean"),
@@ -61,8 +61,8 @@ def _safe(text: str) -> str:
 
 
 def run(args) -> int:
-    from prism_plugin.cli import parse_model_args
-    from prism_plugin.plugins import get_host
+    from prism_plugin.commands.model_args import model_specs
+    from prism_plugin.commands import host_of
     from prism_plugin.results import atomic_write_text, write_csv
     from prism_plugin.runner import JobOptions, make_adapter
     from prism_plugin.summaries.geometry import alignment_matrix, load_model_embeddings, subsample
@@ -76,11 +76,12 @@ def run(args) -> int:
         raise PrismError(f"--max-samples {args.max_samples}: must be at least 2")
     if args.limit is not None and args.limit < 1:
         raise PrismError(f"--limit {args.limit}: must be a positive number of items per split")
-    host = get_host(args.disable)
+    host = host_of(args)
     index = default_index(host, args.include_path)
     tasks = [index.load(t, args.overrides) for t in args.task]
-    model_args = parse_model_args(args.model_args)
-    adapters = [make_adapter(host, m, model_args) for m in args.model]
+    specs = model_specs(args.model_order)
+    adapters = [make_adapter(host, name, margs) for name, margs in specs]
+    model_args = specs[0][1] if len(specs) == 1 else {}
     out_dir = (args.output or DEFAULT_OUTPUT) / "geometry"
     opts = JobOptions(output=out_dir, model_args=model_args, cache_dir=args.cache_dir, device=args.device,
                       num_workers=args.num_workers, limit=args.limit, allow_size_mismatch=args.allow_size_mismatch,

@@ -326,7 +326,7 @@ def run(args) -> int:
     if args.action == "pull":
         pull(base_url=args.url, force=args.force)
         return 0
-    from prism_plugin.plugins import get_host
+    from prism_plugin.commands import host_of
 
     fraction = _parse_fraction(args.fraction)
     ref = resolve_reference(args.reference)
@@ -344,7 +344,7 @@ def run(args) -> int:
         return 0
 
     print(f"reference: {ref.label}")
-    host = get_host(getattr(args, "disable", ()))
+    host = host_of(args)
     summary = reference_summary(ref.tables, host)
     available = sorted((k for k in summary.tables if k.startswith("cri_variants_")),
                        key=lambda k: float(k.rsplit("_", 1)[-1]))

@@ -38,7 +38,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from prism_plugin.errors import PrismError
-from prism_plugin.data.sources import Pool, Source, _keyed, _resolve_root, read_embedding_split, write_embedding_split
+from prism_plugin.data.base import Pool, Source, keyed_error, resolve_root
+from prism_plugin.data.precomputed import read_embedding_split, write_embedding_split
 
 PARTS = ("train", "val", "test")
 HOSPITALS = (0, 1, 2, 3, 4)
@@ -286,7 +287,7 @@ class Camelyon17Source(Source):
         self.hospital = int(hospital)
         self.data = dict(data or {})
         self.mode = {"splits": splits, "resplit": resplit}
-        self.files = {"splits": _resolve_root(splits_file), "resplit": _resolve_root(resplit_file)}
+        self.files = {"splits": resolve_root(splits_file), "resplit": resolve_root(resplit_file)}
         self.columns = {"hospital": hospital_column, "slide": slide_column, "label": label_column,
                         "image": image_column}
         self.slide_order = slide_order
@@ -296,23 +297,23 @@ class Camelyon17Source(Source):
     def check_spec(options: dict, located) -> None:
         for key in ("splits", "resplit"):
             if options.get(key, "published") not in ("published", "procedure"):
-                raise _keyed(PrismError(f"{located.where('source.' + key)}: source.{key}: must be 'published' "
-                                        f"(read {key}.json) or 'procedure' (recompute it)"), f"source.{key}")
+                raise keyed_error(PrismError(f"{located.where('source.' + key)}: source.{key}: must be 'published' "
+                                             f"(read {key}.json) or 'procedure' (recompute it)"), f"source.{key}")
         data = options.get("data")
         if not isinstance(data, dict) or not data.get("path"):
-            raise _keyed(PrismError(f"{located.where('source.data')}: source.data: must be an hf source spec "
-                                    "with a path (hub id + revision, or a local parquet directory)"), "source.data")
+            raise keyed_error(PrismError(f"{located.where('source.data')}: source.data: must be an hf source spec "
+                                         "with a path (hub id + revision, or a local parquet directory)"), "source.data")
         allowed = {"path", "revision", "name", "data_files", "data_dir", "format", "splits", "cache_dir"}
         extra = sorted(set(data) - allowed)
         if extra:
-            raise _keyed(PrismError(f"{located.where('source.data.' + extra[0])}: source.data.{extra[0]}: not an "
-                                    f"option (allowed: {', '.join(sorted(allowed))})"), "source.data")
+            raise keyed_error(PrismError(f"{located.where('source.data.' + extra[0])}: source.data.{extra[0]}: not an "
+                                         f"option (allowed: {', '.join(sorted(allowed))})"), "source.data")
         from prism_plugin.data.hf import is_hub_id, resolve_local
 
         if is_hub_id(str(data["path"])) and resolve_local(str(data["path"])) is None and not data.get("revision"):
-            raise _keyed(PrismError(f"{located.where('source.data')}: source.data.revision: a hub dataset needs a "
-                                    f"pinned revision (a commit sha); add revision: <sha> for {data['path']}"),
-                         "source.data")
+            raise keyed_error(PrismError(f"{located.where('source.data')}: source.data.revision: a hub dataset needs a "
+                                         f"pinned revision (a commit sha); add revision: <sha> for {data['path']}"),
+                              "source.data")
 
     def describe(self) -> str:
         return f"Camelyon17 hospital {self.hospital} from {self.data.get('path')}"

@@ -28,7 +28,8 @@ from urllib.parse import urlparse
 import numpy as np
 
 from prism_plugin.errors import PrismError
-from prism_plugin.data.sources import DATA_ROOT_ENV, ImageRef, Pool, Source, _NoAll, _keyed, _resolve_root
+from prism_plugin.data.base import DATA_ROOT_ENV, NoAll, Pool, Source, keyed_error, resolve_root
+from prism_plugin.data.refs import ImageRef
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -103,7 +104,7 @@ def resolve_local(path: str) -> Path | None:
     p = Path(raw).expanduser()
     if p.is_absolute():
         return p if p.exists() else None
-    for cand in (_resolve_root(raw), Path.cwd() / p):
+    for cand in (resolve_root(raw), Path.cwd() / p):
         if cand.exists():
             return cand
     return None
@@ -123,7 +124,7 @@ def load_hf(spec: dict[str, Any], *, task_name: str, dataset_name: str, option: 
     if not is_hub_id(path):
         raise PrismError(
             f"task {task_name}: dataset {dataset_name!r}: {option} {path!r} is neither on disk (looked at "
-            f"{_resolve_root(path)} and {Path.cwd() / path}) nor a hub id owner/name; place the files there, "
+            f"{resolve_root(path)} and {Path.cwd() / path}) nor a hub id owner/name; place the files there, "
             f"point --set {option}=DIR at them, or set ${DATA_ROOT_ENV}"
         )
     return _load_hub(path, spec, task_name, dataset_name, option)
@@ -262,12 +263,12 @@ class HFSource(Source):
         path = str(options.get("path", ""))
         fmt = options.get("format")
         if fmt is not None and fmt not in LOCAL_FORMATS:
-            raise _keyed(PrismError(f"{located.where('source.format')}: source.format: must be one of "
-                                    f"{', '.join(sorted(LOCAL_FORMATS))}, got {fmt!r}"), "source.format")
+            raise keyed_error(PrismError(f"{located.where('source.format')}: source.format: must be one of "
+                                         f"{', '.join(sorted(LOCAL_FORMATS))}, got {fmt!r}"), "source.format")
         if is_hub_id(path) and resolve_local(path) is None and not options.get("revision"):
-            raise _keyed(PrismError(f"{located.where('source.path')}: source.revision: a hub dataset needs a pinned "
-                                    f"revision (a commit sha) so runs are reproducible; add revision: <sha> for {path}"),
-                         "source.revision")
+            raise keyed_error(PrismError(f"{located.where('source.path')}: source.revision: a hub dataset needs a pinned "
+                                         f"revision (a commit sha) so runs are reproducible; add revision: <sha> for {path}"),
+                              "source.revision")
 
     def describe(self) -> str:
         rev = f"@{self.spec['revision']}" if self.spec.get("revision") else ""
@@ -289,7 +290,7 @@ class HFSource(Source):
 
     def pool(self, name: str) -> Pool:
         if name == "all":
-            raise _NoAll
+            raise NoAll
         dd = self.dataset_dict()
         if name not in dd:
             raise PrismError(f"task {self.task.name}: {self.describe()} has no split {name!r} "

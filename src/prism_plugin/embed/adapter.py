@@ -97,23 +97,11 @@ def choose_profile(profiles: Mapping[str, "Preprocessing"], name: Any, model: st
     return profiles[key]
 
 
-_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
 def file_content_digest(path) -> str:
-    """blake2b of a (possibly multi-GB) weight file, memoised per (path, size, mtime)."""
-    from pathlib import Path
+    """blake2b (20 bytes) of a (possibly multi-GB) weight file, memoised per (path, size, mtime)."""
+    from prism_plugin.hashing import memoised_file_digest
 
-    path = Path(path)
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _FILE_DIGESTS:
-        h = hashlib.blake2b(digest_size=20)
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 24), b""):
-                h.update(block)
-        _FILE_DIGESTS[key] = h.hexdigest()
-    return _FILE_DIGESTS[key]
+    return memoised_file_digest(path, digest_size=20)
 
 
 def parse_int(value: Any, name: str, minimum: int = 1) -> int:

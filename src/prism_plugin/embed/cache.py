@@ -80,11 +80,10 @@ def shard_size(default: int = DEFAULT_SHARD_SIZE) -> int:
 
 
 def file_checksum(path: Path) -> str:
-    h = hashlib.blake2b(digest_size=20)
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+    """blake2b (20 bytes) of the file: the manifest's ``features_checksum`` / ``labels_checksum`` format."""
+    from prism_plugin.hashing import file_digest
+
+    return file_digest(path, digest_size=20)
 
 
 def _fsync(path: Path) -> None:

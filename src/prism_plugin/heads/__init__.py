@@ -1,4 +1,4 @@
-"""Extra probe heads, registered through the ``probe_heads`` hook like a third party's.
+"""Extra probe heads, registered through the ``register_heads`` hook like a third party's.
 
 * ``mlp`` — :class:`prism_plugin.heads.mlp.MLPProbe`, a one-hidden-layer MLP
   (defaults: 256 ReLU units, Adam lr 1e-3, weight decay 1e-4, batch 256, up to
@@ -40,8 +40,8 @@ def mlp_head(**settings):
 
 
 @hookimpl
-def probe_heads(register):
-    register("mlp", mlp_head)
+def register_heads(register):
+    register("mlp", mlp_head, description="one-hidden-layer MLP (256 ReLU units, Adam, early stopping)")
 
 
-__all__ = ["IGNORED_SETTINGS", "mlp_head", "probe_heads"]
+__all__ = ["IGNORED_SETTINGS", "mlp_head", "register_heads"]

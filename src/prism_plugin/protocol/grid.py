@@ -16,15 +16,10 @@ from prism_plugin.protocol.inputs import SplitArrays
 from prism_plugin.protocol.probe import ProbeOutput
 from prism_plugin.protocol.sampling import stratified_subset
 from prism_plugin.protocol.temperature import T_BOUNDS
-from prism_plugin.run import CalibrationSet, RunContext, RunFeatures
+from prism_plugin.contracts import CalibrationSet, RunContext, RunFeatures
 
 DEFAULT_FRACTIONS = (0.01, 0.05, 0.10, 0.25, 0.50, 1.00)
 DEFAULT_SEEDS = (42, 123, 456)
-
-#: Probe heads whose fit does not depend on the seed once the subset is fixed
-#: (lbfgs ignores ``random_state``): identical subsets share one fit.
-SEED_INVARIANT_HEADS = {"logistic"}
-
 
 @dataclass
 class GridSpec:
@@ -94,7 +89,9 @@ def run_grid(
     head_kind = str(spec.probe.get("kind", "logistic"))
     head_settings = {k: v for k, v in spec.probe.items() if k != "kind"}
     factory = host.head_factory(head_kind)
-    reusable = spec.reuse_identical_fits and head_kind in SEED_INVARIANT_HEADS
+    # a head whose fit does not depend on the seed once the subset is fixed (registered with
+    # seed_invariant=True; lbfgs ignores random_state): identical subsets share one fit
+    reusable = spec.reuse_identical_fits and bool(host.head_traits(head_kind).get("seed_invariant"))
     last: _Fit | None = None
     rows: dict[RunKey, dict] = {}
     for key in grid_keys(spec):
@@ -166,6 +163,7 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
         meta=dict(ident.get("meta", {})),
         features=_features(key, subset, fit, train, val, test, spec, host, head_kind),
         artifact_dir=ident.get("artifact_dir"),
+        host=host,
     )
     row: dict[str, Any] = {
         "model": run.model,
@@ -177,25 +175,17 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
         "forced_classes": run.forced_classes,
     }
     owners: dict[str, str] = {}
-    for impl in host.pm.hook.run_metrics.get_hookimpls():  # registration order
-        try:
-            result = impl.function(run=run)
-        except PrismError:
-            raise
-        except Exception as exc:
-            raise PrismError(
-                f"metric plugin {impl.plugin_name!r} failed on {run.task} {key.id}: {type(exc).__name__}: {exc}"
-            ) from exc
-        if not result:
+    for result in host.call("run_metrics", context=f"{run.task} {key.id}", run=run):  # registration order
+        if not result.value:
             continue
-        for name, value in dict(result).items():
+        for name, value in dict(result.value).items():
             if name in owners or name in row:
                 raise PrismError(
-                    f"metric {name!r} returned by both {owners.get(name, 'the runner')!r} and {impl.plugin_name!r}; "
+                    f"metric {name!r} returned by both {owners.get(name, 'the runner')!r} and {result.plugin!r}; "
                     "disable one of them"
                 )
-            owners[name] = impl.plugin_name
-            row[name] = _scalar(value, name, impl.plugin_name)
+            owners[name] = result.plugin
+            row[name] = _scalar(value, name, result.plugin)
     row.update(extra)
     row.update({
         "task": run.task,

@@ -1,4 +1,4 @@
-"""Probe heads: the PRISM logistic probe (PROTOCOL §2.3) and the head registry."""
+"""Probe heads: the PRISM logistic probe (PROTOCOL §2.3), registered through ``register_heads``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.utils.extmath import softmax as sk_softmax
 
 from prism_plugin.errors import PrismError
+from prism_plugin.hookspecs import hookimpl
 
 PREDICT_CHUNK = 20_000
 
@@ -134,3 +135,10 @@ HeadFactory = Callable[..., ProbeHead]
 
 def builtin_heads() -> dict[str, HeadFactory]:
     return {"logistic": LogisticProbe}
+
+
+@hookimpl
+def register_heads(register) -> None:
+    """The PRISM logistic probe: lbfgs ignores the seed, and it is linear in the raw features."""
+    register("logistic", LogisticProbe, seed_invariant=True, linear=True,
+             description="PRISM probe: LogisticRegression(C=1, lbfgs, max_iter=1000) on float32 features")

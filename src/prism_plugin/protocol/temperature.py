@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import minimize_scalar
 
+from prism_plugin.contracts import T_BOUNDS
 from prism_plugin.metrics.core import EPS_LOG
-
-T_BOUNDS = (0.1, 10.0)
 
 
 def temperature_nll(logits: np.ndarray, labels: np.ndarray, temperature: float) -> float:

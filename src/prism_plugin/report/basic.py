@@ -22,7 +22,8 @@ import pandas as pd
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.report import plots
 from prism_plugin.report.derived import FEWSHOT_TOLERANCE, TABLE_LABELS, TRANSFER_ZONE
-from prism_plugin.report.markdown import inline
+from prism_plugin.report.markdown import fmt, inline, markdown_table
+from prism_plugin.report.metric_table import metric_cells, metric_section
 from prism_plugin.report.sections import ReportSection
 from prism_plugin.report.verdict import TOPICS, build_verdict, pct
 
@@ -33,36 +34,6 @@ NO_MPL = "figures need matplotlib, which is not installed: pip install 'prism-pl
 
 
 # --------------------------------------------------------------------------- helpers
-def fmt(v: Any, digits: int = 3) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, (bool, np.bool_)):
-        return "yes" if v else "no"
-    if isinstance(v, (int, np.integer)):
-        return f"{int(v):,}"
-    if isinstance(v, (float, np.floating)):
-        if math.isnan(v):
-            return "–"
-        if float(v).is_integer() and abs(v) >= 1 and digits <= 3:
-            return f"{int(v):,}"
-        return f"{v:.{digits}f}"
-    return str(v)
-
-
-def markdown_table(df: pd.DataFrame, digits: int = 3, formats: dict[str, Any] | None = None) -> str:
-    formats = formats or {}
-    cols = [str(c) for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for row in df.itertuples(index=False):
-        cells = []
-        for c, v in zip(cols, row):
-            f = formats.get(c)
-            text = f(v) if callable(f) else fmt(v, digits)
-            cells.append(str(text).replace("|", "\\|"))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def _setting(s: Any) -> str:
     return str(s).replace("->", " → ")
 
@@ -85,6 +56,14 @@ class _Ctx:
                 except (OSError, ValueError):
                     pass
         self.mpl = plots.available()
+        # the described metrics (register_metrics, report=True) these runs hold, per cell
+        self.described = view.described_metrics("report")
+        self.metric_error = ""
+        try:
+            self.metric_cells = metric_cells(view.run_tables, self.described)
+        except Exception as exc:  # a malformed plugin column must not cost the whole report
+            self.metric_cells = None
+            self.metric_error = f"the metric table could not be computed: {type(exc).__name__}: {exc}"
 
     def cells_of(self, table: str) -> pd.DataFrame | None:
         if self.cells is None or self.cells.empty:
@@ -219,7 +198,7 @@ def verdict_section(ctx: _Ctx) -> ReportSection:
         sec.not_shown.append("no per-setting summary (report_settings) could be computed from these results")
         return sec
     tol = float(ctx.view.options.get("fewshot_tolerance", FEWSHOT_TOLERANCE))
-    v = build_verdict(settings, tolerance=tol)
+    v = build_verdict(settings, tolerance=tol, metric_cells=ctx.metric_cells)
     sec.tables["verdict"] = v
     intro = ("Each line answers one question and cites the number behind it (the table, the row and the column; "
              "`verdict.csv` lists the same evidence). A probe *collapses* when more than 99 % of its test "
@@ -706,6 +685,14 @@ def findings(ctx: _Ctx) -> ReportSection:
     return sec
 
 
+# --------------------------------------------------------------------------- metric table
+def metrics_table(ctx: _Ctx) -> ReportSection:
+    sec = metric_section(ctx.metric_cells, ctx.described)
+    if ctx.metric_error:
+        sec.not_shown = [ctx.metric_error]
+    return sec
+
+
 # --------------------------------------------------------------------------- per-cell table
 def cell_table(ctx: _Ctx) -> ReportSection:
     sec = ReportSection("Results by label fraction", "", order=90, key="cells", summary="seed mean ± std per cell")
@@ -740,7 +727,7 @@ def cell_table(ctx: _Ctx) -> ReportSection:
 def report_sections(view):
     ctx = _Ctx(view)
     makers = (overview, verdict_section, discrimination, calibration, reliability, temperature, collapse,
-              decoupling, transfer, cri, findings, cell_table)
+              decoupling, transfer, cri, findings, metrics_table, cell_table)
     return [m(ctx) for m in makers]
 
 

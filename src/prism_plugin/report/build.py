@@ -27,19 +27,14 @@ FIGURES = "figures"
 
 
 # --------------------------------------------------------------------------- inputs
-def _source_dirs(sources: Iterable[Path]) -> list[Path]:
+def source_dirs(sources: Iterable[Path]) -> list[Path]:
     """Every results directory (folder holding runs.csv) under the given sources."""
-    out: list[Path] = []
-    for s in sources:
-        s = Path(s)
-        if (s / "runs.csv").exists():
-            out.append(s)
-        elif s.is_dir():
-            out.extend(p.parent for p in sorted(s.rglob("runs.csv")))
-    return list(dict.fromkeys(out))
+    from prism_plugin.results import runs_files
+
+    return list(dict.fromkeys(f.parent for f in runs_files(sources)))
 
 
-def _binary_convention(dirs: list[Path]) -> tuple[str, list[str]]:
+def binary_convention(dirs: list[Path]) -> tuple[str, list[str]]:
     import json
 
     seen = set()
@@ -87,18 +82,23 @@ def build_view(path: Path, host, *, sources: Iterable[Path] | None = None, run_t
 
     path = Path(path)
     sources = [path] if sources is None else [Path(s) for s in sources]
-    dirs = _source_dirs(sources)
+    dirs = source_dirs(sources)
     notes: list[str] = []
     for d in dirs:  # artifacts buffered by this process's runs (see metrics.reliability)
         reliability.flush(d)
     if run_tables is None and dirs:
         try:
-            run_tables = tables_from_results(dirs)
+            run_tables = tables_from_results(dirs, host)
         except PrismError as exc:
             notes.append(f"per-run tables could not be assembled: {exc}")
+    from prism_plugin.metrics.descriptions import described_metrics
+
+    described = described_metrics(host)
     opts = dict(options or {})
+    # the transfer band metrics of the host (register_metrics bands=True), for the report_tables summary
+    opts.setdefault("band_metrics", [d.column for d in described if d.info.bands])
     if "binary_logits" not in opts:
-        opts["binary_logits"], more = _binary_convention(dirs)
+        opts["binary_logits"], more = binary_convention(dirs)
         notes.extend(more)
     tables_dir = Path(tables_dir) if tables_dir is not None else path / "summaries"
     if summaries is None and run_tables is not None:
@@ -113,7 +113,7 @@ def build_view(path: Path, host, *, sources: Iterable[Path] | None = None, run_t
         rel.extend(reliability.load_reliability(d))
     return ReportView(path, sources=tuple(sources), tables_dir=tables_dir, run_tables=run_tables,
                       summaries=summaries, reliability=rel, notes=notes, title=title, reference=reference,
-                      options=opts)
+                      options=opts, metrics=described)
 
 
 def collect_sections(view_or_path, host) -> list[ReportSection]:
@@ -121,17 +121,19 @@ def collect_sections(view_or_path, host) -> list[ReportSection]:
     fails becomes a section saying so."""
     view = view_or_path if isinstance(view_or_path, ReportView) else build_view(Path(view_or_path), host)
     sections: list[ReportSection] = []
-    for impl in host.pm.hook.report_sections.get_hookimpls():
-        try:
-            result = impl.function(view=view)
-        except Exception as exc:
-            sections.append(ReportSection(
-                f"Report plugin {impl.plugin_name} failed",
-                f"The report plugin `{impl.plugin_name}` raised {type(exc).__name__}: {exc}. Its sections are "
-                f"missing; disable it with `--disable {impl.plugin_name}`.", order=998))
+    for result in host.call("report_sections", strict=False, context="the report", view=view):
+        if result.failure is not None:  # the one failure policy; presented as a section, not raised
+            sections.append(failure_section(result.plugin, result.failure))
             continue
-        sections.extend(result or [])
+        sections.extend(result.value or [])
     return sorted(sections, key=lambda s: (s.order, s.title))
+
+
+def failure_section(plugin: str, failure) -> ReportSection:
+    """The section standing in for a report plugin that raised: the :class:`PluginFailure`
+    message (it names the plugin, the hook and how to disable it)."""
+    return ReportSection(f"Report plugin {plugin} failed",
+                         f"{failure}. Its sections are missing from this report.", order=998)
 
 
 # --------------------------------------------------------------------------- writing

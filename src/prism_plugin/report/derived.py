@@ -50,7 +50,9 @@ TABLE_LABELS = {
     "camelyon17_indomain": "Camelyon17 in-distribution",
     "camelyon17_transfer": "Camelyon17 hospital transfer",
 }
-BAND_METRICS = ("auroc", "f1_macro", "ece_fixed", "ece_scaled_fixed")
+#: The band columns the verdict always reads (AUROC, macro-F1, raw and scaled ECE). The band tables
+#: use :func:`band_metrics`, which reads the metric registry (``bands=True``; plugins add more).
+VERDICT_BAND_COLUMNS = ("auroc", "f1_macro", "ece_fixed", "ece_scaled_fixed")
 FEWSHOT_T = re.compile(r"^temperature_fewshot_k(\d+)$")
 FEWSHOT_TOLERANCE = 0.02
 #: The transfer-AUROC zone of the PRISM paper (Table 7): below ~0.85 more source
@@ -73,6 +75,21 @@ FEWSHOT_COLUMNS = [
     "table", "model", "setting", "fraction", "k", "n_runs", "temperature_fewshot", "ece_scaled_fewshot",
     "ece_scaled_oracle", "gap", "within",
 ]
+
+
+def band_metrics(options: Mapping[str, Any] | None = None, host=None) -> tuple[str, ...]:
+    """The metrics of the band tables: ``options["band_metrics"]`` when given (the report passes
+    its host's), else the metric registry of ``host`` (default: the shared host), ``bands=True``.
+    The columns the verdict reads (AUROC, raw and scaled ECE) are always among them."""
+    given = (options or {}).get("band_metrics")
+    if given is not None:
+        names = [str(m) for m in given]
+    else:
+        from prism_plugin.metrics.descriptions import described_metrics
+
+        names = [d.column for d in described_metrics(host, "bands")]
+    missing = [m for m in VERDICT_BAND_COLUMNS if m not in names]
+    return tuple(dict.fromkeys([*names, *missing]))
 
 
 def setting_values(df: pd.DataFrame, key: str) -> pd.Series:
@@ -115,7 +132,7 @@ def fewshot_ks(df: pd.DataFrame) -> list[int]:
     return sorted(ks)
 
 
-def _long(tables: RunTables) -> pd.DataFrame:
+def _long(tables: RunTables, bands: tuple[str, ...] = VERDICT_BAND_COLUMNS) -> pd.DataFrame:
     """All per-run rows in one frame with table / setting / temperature columns unified."""
     parts = []
     for table, key, tcol, transfer in TABLE_SPECS:
@@ -127,7 +144,7 @@ def _long(tables: RunTables) -> pd.DataFrame:
         out = pd.DataFrame({"table": table, "model": df["model"].astype(str), "setting": setting_values(df, key),
                             "fraction": pd.to_numeric(df["fraction"], errors="coerce").round(9)})
         out["n_classes"] = _n_classes(df, transfer, table).to_numpy()
-        for m in BAND_METRICS:
+        for m in bands:
             out[m] = pd.to_numeric(df[m], errors="coerce") if m in df.columns else np.nan
         out["temperature"] = pd.to_numeric(df[tcol], errors="coerce") if tcol in df.columns else np.nan
         for c in ("temperature_oracle", "ece_scaled_oracle", "degeneracy_share"):
@@ -142,18 +159,19 @@ def _long(tables: RunTables) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def report_cells(tables: RunTables, *, binary_logits: str = "symmetric") -> pd.DataFrame:
+def report_cells(tables: RunTables, *, binary_logits: str = "symmetric",
+                 bands: tuple[str, ...] = VERDICT_BAND_COLUMNS) -> pd.DataFrame:
     """The ``report_cells`` table (see the module docstring). Rows: tables in
     :data:`TABLE_SPECS` order, then model / setting in order of first
     appearance, fraction ascending."""
-    long = _long(tables)
+    long = _long(tables, bands)
     if long.empty:
         return pd.DataFrame(columns=CELL_ID)
     g = long.groupby(CELL_ID, sort=False)
     out = g.size().rename("n_runs").to_frame()
     out["n_classes"] = g["n_classes"].first()
     out["neutral_temperature"] = [neutral_temperature(k, binary_logits) for k in out["n_classes"]]
-    for m in BAND_METRICS:
+    for m in bands:
         agg = g[m].agg(["mean", "std", "min", "max"])
         for stat in ("mean", "std", "min", "max"):
             out[f"{m}_{stat}"] = agg[stat]
@@ -211,7 +229,8 @@ def _fmt_fracs(values) -> str:
     return ";".join(f"{float(v):g}" for v in values)
 
 
-def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None) -> pd.DataFrame:
+def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None,
+                    bands: tuple[str, ...] = VERDICT_BAND_COLUMNS) -> pd.DataFrame:
     """One row per (table, model, setting) from a :func:`report_cells` table.
 
     * ``*_lo`` / ``*_hi``: seed means at the setting's smallest / largest fraction;
@@ -231,8 +250,11 @@ def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None) ->
       (NaN: none within, or no few-shot columns), ``fewshot_fractions_not_within``.
     """
     rows = []
+    extra = [f"{m}_{end}" for m in bands if m not in VERDICT_BAND_COLUMNS for end in ("lo", "hi")]
+    columns = SETTINGS_COLUMNS[:SETTINGS_COLUMNS.index("collapsed_cells")] + extra + \
+        SETTINGS_COLUMNS[SETTINGS_COLUMNS.index("collapsed_cells"):]
     if cells.empty:
-        return pd.DataFrame(columns=SETTINGS_COLUMNS)
+        return pd.DataFrame(columns=columns)
     for (table, model, setting), g in cells.groupby(["table", "model", "setting"], sort=False):
         g = g.sort_values("fraction")
         lo, hi = g.iloc[0], g.iloc[-1]
@@ -249,7 +271,7 @@ def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None) ->
             "n_fractions": len(g), "fraction_min": float(lo["fraction"]), "fraction_max": float(hi["fraction"]),
             "n_runs": int(g["n_runs"].sum()),
         }
-        for m in BAND_METRICS:
+        for m in bands:
             row[f"{m}_lo"] = lo[f"{m}_mean"]
             row[f"{m}_hi"] = hi[f"{m}_mean"]
         row.update({
@@ -280,7 +302,7 @@ def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None) ->
                 per_f = fs.groupby("fraction")["within"].agg(lambda s: bool((s == True).any()))  # noqa: E712
                 row["fewshot_fractions_not_within"] = int((~per_f).sum())
         rows.append(row)
-    out = pd.DataFrame(rows, columns=SETTINGS_COLUMNS)
+    out = pd.DataFrame(rows, columns=columns)
     return out
 
 
@@ -292,7 +314,8 @@ def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | 
     options = options or {}
     convention = str(options.get("binary_logits", "symmetric"))
     tol = float(options.get("fewshot_tolerance", FEWSHOT_TOLERANCE))
-    cells = report_cells(tables, binary_logits=convention)
+    bands = band_metrics(options)
+    cells = report_cells(tables, binary_logits=convention, bands=bands)
     if cells.empty:
         return None
     out = SummaryOutput()
@@ -305,11 +328,11 @@ def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | 
             "fewshot_temperature not computed: the transfer runs have no few-shot target temperature columns "
             "(temperature_fewshot_k<K> with ece_scaled_fewshot_k<K>, written by the temperature-transfer plugin)"
         )
-    out.tables["report_settings"] = report_settings(cells, fs)
+    out.tables["report_settings"] = report_settings(cells, fs, bands)
     return out
 
 
 __all__ = [
-    "FEWSHOT_TOLERANCE", "TABLE_LABELS", "TRANSFER_ZONE", "fewshot_ks", "fewshot_temperature",
+    "VERDICT_BAND_COLUMNS", "FEWSHOT_TOLERANCE", "TABLE_LABELS", "TRANSFER_ZONE", "band_metrics", "fewshot_ks", "fewshot_temperature",
     "neutral_temperature", "report_cells", "report_settings", "summarize",
 ]

@@ -73,14 +73,15 @@ PLAIN = {"C", "fraction"}
 
 
 def _md_table(df: pd.DataFrame, columns: list[tuple[str, str]], digits: int = 3, index: str | None = None) -> str:
+    from prism_plugin.report.markdown import pipe_table
+
     head = ([index] if index else []) + [label for _, label in columns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for idx, row in df.iterrows():
-        cells = ([str(idx)] if index else []) + [
+        rows.append(([str(idx)] if index else []) + [
             f"{float(row.get(c)):g}" if c in PLAIN and isinstance(row.get(c), (int, float, np.number))
-            else _fmt(row.get(c), digits) for c, _ in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            else _fmt(row.get(c), digits) for c, _ in columns])
+    return pipe_table(head, rows)
 
 
 def _runs(view) -> pd.DataFrame:

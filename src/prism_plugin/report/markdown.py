@@ -1,4 +1,10 @@
-"""A small Markdown-to-HTML converter for report section bodies.
+"""Markdown for the report: the one pipe-table writer, and a small Markdown-to-HTML converter.
+
+:func:`pipe_table` (cells already text) and :func:`markdown_table` (a DataFrame, numbers
+formatted by :func:`fmt`) are the only Markdown table writers of prism-plugin; every report
+section and the audit use them.
+
+The converter turns report section bodies into HTML.
 
 Covers what report sections use: ATX headings, paragraphs, pipe tables (with
 ``:--`` alignment), bullet and numbered lists (one level), fenced code blocks,
@@ -11,8 +17,9 @@ so a section can never inject markup. Images are resolved through a callback
 from __future__ import annotations
 
 import html
+import math
 import re
-from typing import Callable
+from typing import Any, Callable, Iterable, Mapping
 
 _TABLE_SEP = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _BULLET = re.compile(r"^\s*[-*+]\s+(.*)$")
@@ -27,6 +34,55 @@ _INLINE = re.compile(
 )
 
 
+# --------------------------------------------------------------------------- writing tables
+def fmt(v: Any, digits: int = 3) -> str:
+    """A table cell: ``–`` for missing, ``yes``/``no``, integers with thousands separators."""
+    import numpy as np
+
+    if v is None:
+        return "–"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)):
+        return f"{int(v):,}"
+    if isinstance(v, (float, np.floating)):
+        if math.isnan(v):
+            return "–"
+        if float(v).is_integer() and abs(v) >= 1 and digits <= 3:
+            return f"{int(v):,}"
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def escape_cell(text: Any) -> str:
+    """A cell's text with ``|`` escaped (so it cannot split the row)."""
+    return str(text).replace("|", "\\|")
+
+
+def pipe_table(header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> str:
+    """A Markdown pipe table from the header and the rows' cell texts (``|`` in cells escaped)."""
+    head = [str(h) for h in header]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(escape_cell(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
+def markdown_table(df, digits: int = 3, formats: Mapping[str, Any] | None = None) -> str:
+    """A DataFrame as a pipe table: each cell through ``formats[column]`` (a callable) or :func:`fmt`."""
+    formats = formats or {}
+    cols = [str(c) for c in df.columns]
+    rows = []
+    for row in df.itertuples(index=False):
+        cells = []
+        for c, v in zip(cols, row):
+            f = formats.get(c)
+            cells.append(f(v) if callable(f) else fmt(v, digits))
+        rows.append(cells)
+    return pipe_table(cols, rows)
+
+
+# --------------------------------------------------------------------------- Markdown -> HTML
 def _safe_url(url: str) -> str:
     if re.match(r"^(https?:|mailto:|#|data:image/png;base64,)", url) or not re.match(r"^[a-zA-Z][\w+.-]*:", url):
         return html.escape(url, quote=True)
@@ -181,4 +237,4 @@ def _table(header: list[str], body: list[list[str]], align: list[str], image) ->
     return '<div class="table-wrap"><table>' + "".join(rows) + "</table></div>"
 
 
-__all__ = ["inline", "to_html"]
+__all__ = ["escape_cell", "fmt", "inline", "markdown_table", "pipe_table", "to_html"]

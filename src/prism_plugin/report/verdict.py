@@ -20,7 +20,10 @@ Topics (the questions a user asks of their model):
   (Table 7: below it, more source labels worsened target ECE in 86-88 % of
   combinations; 8 % in [0.85, 0.95), 1 % above 0.95);
 * ``fewshot`` — how many labelled target samples the few-shot temperature
-  needs to bring target ECE within 0.02 of the oracle ECE.
+  needs to bring target ECE within 0.02 of the oracle ECE;
+* ``metrics`` — for each metric a third-party plugin describes (``register_metrics`` with a
+  ``direction``), its best label fraction per setting; these lines cite ``metric_cells.csv``
+  (:mod:`prism_plugin.report.metric_table`).
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ TOPICS = {
     "scaling": "Temperature scaling",
     "transfer": "Transfer",
     "fewshot": "Few-shot target temperature",
+    "metrics": "Plugin metrics",
 }
+METRIC_SOURCE = "metric_cells.csv"
 IN_DISTRIBUTION = ("indomain", "camelyon17_indomain", "indomain_propval")
 TRANSFER = ("transfer", "camelyon17_transfer")
 #: Settings listed one by one up to this many per (model, table); beyond, they are summarised.
@@ -72,9 +77,10 @@ def _setting_name(setting: str, table: str = "") -> str:
     return name
 
 
-def _row(model, topic, level, table, setting, text, where=None, column="", agg="", value=np.nan) -> dict[str, Any]:
+def _row(model, topic, level, table, setting, text, where=None, column="", agg="", value=np.nan,
+         source: str = SOURCE) -> dict[str, Any]:
     return {"model": model, "topic": topic, "level": level, "table": table, "setting": setting, "text": text,
-            "source": SOURCE if where is not None else "", "where": json.dumps(where) if where is not None else "",
+            "source": source if where is not None else "", "where": json.dumps(where) if where is not None else "",
             "column": column, "agg": agg, "value": value}
 
 
@@ -218,8 +224,41 @@ def _fewshot(model: str, table: str, s: pd.DataFrame, tolerance: float) -> list[
     return out
 
 
-def build_verdict(settings: pd.DataFrame | None, *, tolerance: float = FEWSHOT_TOLERANCE) -> pd.DataFrame:
-    """The verdict table from a ``report_settings`` table (see the module docstring)."""
+def _plugin_metrics(model: str, cells: pd.DataFrame) -> list[dict]:
+    """One line per (table, setting, metric) of a third-party metric with a direction: its best fraction."""
+    from prism_plugin.plugins import BUILTIN_ORIGIN
+
+    out: list[dict] = []
+    mine = cells.loc[(cells["model"].astype(str) == str(model)) & (cells["origin"] != BUILTIN_ORIGIN)
+                     & cells["direction"].isin(["higher", "lower"])]
+    for (table, setting, metric), g in mine.groupby(["table", "setting", "metric"], sort=False):
+        g = g.loc[pd.to_numeric(g["value"], errors="coerce").notna()].sort_values("fraction", kind="stable")
+        if g.empty:
+            continue
+        values = pd.to_numeric(g["value"])
+        first = g.iloc[0]
+        higher = first["direction"] == "higher"
+        best = g.loc[values.idxmax() if higher else values.idxmin()]
+        label = TABLE_LABELS.get(table, table)
+        where_setting = f" on {_setting_name(setting, table)}" if str(setting) else ""
+        better = "higher" if higher else "lower"
+        how = "seed mean" if first["aggregation"] == "mean" else f"seed {first['aggregation']}"
+        text = (f"{first['display']} ({better} is better; from {first['origin']}), {label}{where_setting}: best at "
+                f"{pct(best['fraction'])} labels ({how} {_num(float(best['value']), 4)}"
+                + (f"; {_num(float(g.iloc[-1]['value']), 4)} at {pct(g.iloc[-1]['fraction'])}" if len(g) > 1 and
+                   g.index[-1] != best.name else "") + ").")
+        where = {"table": table, "model": model, "setting": setting, "metric": metric,
+                 "fraction": float(best["fraction"])}
+        out.append(_row(model, "metrics", "info", table, setting, text, where, "value", "value",
+                        float(best["value"]), source=METRIC_SOURCE))
+    return out
+
+
+def build_verdict(settings: pd.DataFrame | None, *, tolerance: float = FEWSHOT_TOLERANCE,
+                  metric_cells: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The verdict table from a ``report_settings`` table (see the module docstring); with
+    ``metric_cells`` (:func:`prism_plugin.report.metric_table.metric_cells`), one more line per
+    third-party metric and setting citing its best fraction."""
     rows: list[dict] = []
     if settings is None or settings.empty:
         return pd.DataFrame(columns=VERDICT_COLUMNS)
@@ -275,6 +314,8 @@ def build_verdict(settings: pd.DataFrame | None, *, tolerance: float = FEWSHOT_T
                              "temperature_fewshot_k<K> / ece_scaled_fewshot_k<K> columns (the temperature-transfer "
                              "plugin writes them), so the number of target labels a per-site recalibration needs is "
                              "unknown."))
+        if metric_cells is not None and not metric_cells.empty:
+            rows.extend(_plugin_metrics(model, metric_cells))
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
 
 

@@ -16,14 +16,14 @@ import pandas as pd
 
 from prism_plugin.errors import PrismError
 from prism_plugin.results import atomic_write_text, dumps, write_csv
-from prism_plugin.tables import RunTables, SummaryOutput
+from prism_plugin.contracts import RunTables, SummaryOutput
 
 FINDINGS_FILE = "findings.json"
 
 
 def summary_plugins(host) -> list[str]:
     """Names of the registered plugins that implement ``summarize``, in call order."""
-    return [impl.plugin_name for impl in host.pm.hook.summarize.get_hookimpls()]
+    return host.implementations("summarize")
 
 
 def plugin_name_of(host, module: Any) -> str | None:
@@ -44,16 +44,14 @@ def run_summaries(
     """Call every ``summarize`` hook implementation (or those named in ``only``) and merge.
 
     A plugin that returns ``None`` adds nothing. Two plugins producing the same
-    table or headline key is an error naming both. A plugin that raises
-    :class:`PrismError` passes it on; any other exception becomes a
-    :class:`PrismError` naming the plugin (rerun with ``--debug`` for the
-    traceback, or ``--disable`` it).
+    table or headline key is an error naming both. Failures follow the host's one
+    policy (:meth:`prism_plugin.plugins.PluginHost.call`): a :class:`PrismError`
+    passes on; any other exception becomes a ``PluginFailure`` naming the plugin.
     """
     options = dict(options or {})
     wanted = None if only is None else set(only)
-    impls = host.pm.hook.summarize.get_hookimpls()
     if wanted is not None:
-        known = {impl.plugin_name for impl in impls}
+        known = set(summary_plugins(host))
         missing = sorted(wanted - known)
         if missing:
             raise PrismError(
@@ -62,35 +60,25 @@ def run_summaries(
             )
     out = SummaryOutput()
     origins: dict[str, str] = {}
-    for impl in impls:  # registration order
-        if wanted is not None and impl.plugin_name not in wanted:
+    for result in host.call("summarize", only=wanted, tables=tables, options=options):  # registration order
+        value = result.value
+        if value is None:
             continue
-        try:
-            result = impl.function(tables=tables, options=options)
-        except PrismError:
-            raise
-        except Exception as exc:
+        if not isinstance(value, SummaryOutput):
             raise PrismError(
-                f"summary plugin {impl.plugin_name!r} failed: {type(exc).__name__}: {exc} "
-                f"(rerun with --debug for the traceback, or --disable {impl.plugin_name})"
-            ) from exc
-        if result is None:
-            continue
-        if not isinstance(result, SummaryOutput):
-            raise PrismError(
-                f"summary plugin {impl.plugin_name!r} returned a {type(result).__name__}; "
+                f"summary plugin {result.plugin!r} returned a {type(value).__name__}; "
                 "summarize must return a SummaryOutput or None"
             )
-        clash = [n for n in result.tables if n in out.tables] + [k for k in result.headline if k in out.headline]
+        clash = [n for n in value.tables if n in out.tables] + [k for k in value.headline if k in out.headline]
         if clash:
             first = clash[0]
             raise PrismError(
-                f"summary {first!r} produced by both {origins.get(first, '?')!r} and {impl.plugin_name!r}; "
+                f"summary {first!r} produced by both {origins.get(first, '?')!r} and {result.plugin!r}; "
                 "disable one of them"
             )
-        for name in list(result.tables) + list(result.headline):
-            origins[name] = impl.plugin_name
-        out.merge(result, impl.plugin_name)
+        for name in list(value.tables) + list(value.headline):
+            origins[name] = result.plugin
+        out.merge(value, result.plugin)
     return out
 
 

@@ -144,12 +144,12 @@ def subsample(n: int, max_samples: int | None, seed: int = 0) -> np.ndarray:
 def load_model_embeddings(task, adapters: Sequence[Any], opts, split: str = "test") -> dict[str, np.ndarray]:
     """The embeddings of ``split`` of ``task`` for each adapter, through the embedding cache.
 
-    Uses :func:`prism_plugin.runner.load_embeddings` (a cache hit reads the
+    Uses :func:`prism_plugin.embed.load.load_embeddings` (a cache hit reads the
     stored arrays, a miss extracts and stores them). Keys are the models'
     display names. Every model must have embedded the same labelled samples in
     the same order.
     """
-    from prism_plugin.runner import load_embeddings
+    from prism_plugin.embed.load import load_embeddings
 
     if getattr(task, "is_transfer", False):
         raise PrismError(f"task {task.name} is a transfer task; embedding geometry compares models on one "

@@ -73,17 +73,10 @@ def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
     records that probe's settings (``hidden=256,...``) so different MLP
     configurations stay apart. Returns an empty frame when nothing is found.
     """
-    files: list[Path] = []
-    for p in paths:
-        p = Path(p)
-        if p.is_file() and p.name == "runs.csv":
-            files.append(p)
-        elif (p / "runs.csv").exists():
-            files.append(p / "runs.csv")
-        elif p.is_dir():
-            files.extend(sorted(p.rglob("runs.csv")))
+    from prism_plugin.results import runs_files
+
     frames = []
-    for f in dict.fromkeys(files):
+    for f in runs_files(paths):
         try:
             df = pd.read_csv(f)
         except Exception:  # an unreadable table is skipped; the summary notes what it used

@@ -172,16 +172,18 @@ def _rank(file: Any, own: Path) -> int:
         return 1
 
 
-def _reset_replaced_source(located: Located) -> Located:
+def _reset_replaced_source(located: Located, host=None) -> Located:
     """A layer that sets ``source.type`` switches the source: options of lower layers (an included file, or the
     task file under ``--set``) that the new type does not take are dropped instead of reported."""
-    from prism_plugin.data.sources import COMMON_OPTIONS, SOURCE_TYPES, source_class
+    from prism_plugin.data.catalogue import accepted_options
 
     source = located.data.get("source")
     kind = source.get("type") if isinstance(source, dict) else None
-    if not isinstance(kind, str) or kind not in SOURCE_TYPES or "source.type" not in located.files:
+    if not isinstance(kind, str) or "source.type" not in located.files:
         return located
-    accepted = set(source_class(kind).OPTIONS) | COMMON_OPTIONS
+    accepted = accepted_options(kind, host)
+    if accepted is None:  # unknown type (reported by the schema) or precomputed
+        return located
     own = located.file.resolve()
     type_rank = _rank(located.files.get("source.type"), own)
     drop = [k for k in source if k != "type" and k not in accepted
@@ -245,8 +247,10 @@ def _problem_lines(exc: PrismError) -> list[str]:
 
 
 class TaskIndex:
-    def __init__(self, search_paths: Iterable[Path]):
+    def __init__(self, search_paths: Iterable[Path], host=None):
         self.search_paths = [Path(p) for p in search_paths]
+        #: the plugin host whose registries (task keys, sources, table kinds) validate tasks
+        self.host = host
         self._entries: dict[str, TaskEntry] | None = None
         self._groups: dict[str, TaskEntry] = {}
 
@@ -342,14 +346,14 @@ class TaskIndex:
             overrides = [o for o in overrides if o not in forwarded]
         located = _inherit(located, inherited or {})
         located = apply_overrides(located, overrides)
-        located = _reset_replaced_source(located)
-        task = self._build(located)
+        located = _reset_replaced_source(located, self.host)
+        task = self._build(located, self.host)
         if task.is_transfer:
             self._resolve_transfer(task, forwarded)
         return task
 
     @staticmethod
-    def _build(located: Located) -> TaskConfig:
+    def _build(located: Located, host=None) -> TaskConfig:
         """build_task, collecting every independent problem (each with file, line and key)."""
         data = copy.deepcopy(located.data)
         first: PrismError | None = None
@@ -358,7 +362,7 @@ class TaskIndex:
         task = None
         for _ in range(MAX_PROBLEMS):
             try:
-                task = build_task(Located(data, located.file, located.lines, located.files))
+                task = build_task(Located(data, located.file, located.lines, located.files), host)
                 break
             except PrismError as exc:
                 key = getattr(exc, "key", None)
@@ -513,8 +517,8 @@ def default_index(host, include_paths: Iterable[Path] = ()) -> TaskIndex:
     for p in paths:
         if not p.is_dir():
             raise PrismError(f"--include-path {p}: no such directory")
-    for result in host.hook.task_paths():
-        for p in result or ():
+    for result in host.call("task_paths"):
+        for p in result.value or ():
             if Path(p) not in paths:
                 paths.append(Path(p))
-    return TaskIndex(paths)
+    return TaskIndex(paths, host)

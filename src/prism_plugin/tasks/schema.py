@@ -17,17 +17,14 @@ from prism_plugin.tasks.loader import Located
 
 TASK_KINDS = ("indomain", "transfer")
 SPLIT_NAMES = ("train", "val", "test")
-SOURCE_TYPES = ("imagefolder", "demo", "precomputed")
 MAX_SEED = 2**32 - 1
 
-TOP_KEYS = {
+#: The protocol's own keys. Every other top-level key is a plugin's: the task-key registry
+#: (``register_task_keys``; built in: adaptation, priors, sweep in :mod:`prism_plugin.tasks.keys`).
+CORE_KEYS = {
     "task", "description", "kind", "dataset", "embeddings_key", "n_classes", "class_names", "source",
     "splits", "label_fractions", "seeds", "probe", "ece_bins", "binary_logits", "temperature_bounds",
     "proportional_val", "tags", "columns", "reference_table", "split",
-    # the adaptation plugin (prism_plugin.adaptation.config)
-    "adaptation", "priors",
-    # one task -> one variant per value of a probe setting (prism_plugin.tasks.sweep)
-    "sweep",
     # transfer tasks
     "source_task", "target_task", "source_labels", "target_labels", "src", "tgt", "pair", "target_split",
 }
@@ -76,6 +73,8 @@ class TaskConfig:
     priors: dict[str, Any] | None = None
     #: ``sweep:`` {key, values, probes} (prism_plugin.tasks.sweep); empty once expanded into variants
     sweep: dict[str, Any] = field(default_factory=dict)
+    #: values of third-party task keys (``register_task_keys``), passed to every run as ``run.meta[key]``
+    extras: dict[str, Any] = field(default_factory=dict)
     # -- transfer tasks: train on the source task, evaluate on the target --
     source_task: str = ""
     target_task: str = ""
@@ -157,11 +156,24 @@ class _Checker:
         return tuple(value)
 
 
-def build_task(located: Located) -> TaskConfig:
+#: task keys the TaskConfig holds as attributes (the built-in plugin keys); others go to ``extras``
+ATTRIBUTE_KEYS = ("adaptation", "priors", "sweep")
+
+
+def _task_keys(host=None):
+    if host is None:
+        from prism_plugin.plugins import get_host
+
+        host = get_host()
+    return host.task_keys
+
+
+def build_task(located: Located, host=None) -> TaskConfig:
     """Validate a resolved YAML mapping (includes applied) into a TaskConfig."""
     d = located.data
     c = _Checker(located)
-    c.unknown(d, TOP_KEYS)
+    c.host = host
+    c.unknown(d, CORE_KEYS | set(_task_keys(host).names()))
     kind = d.get("kind", "indomain")
     if kind not in TASK_KINDS:
         raise c.fail("kind", f"must be one of {', '.join(TASK_KINDS)}, got {kind!r}{suggest(str(kind), TASK_KINDS)}")
@@ -196,7 +208,7 @@ def build_task(located: Located) -> TaskConfig:
     c.string(source["type"], "source.type")
     from prism_plugin.data.sources import check_source_spec, check_split_spec
 
-    check_source_spec(source, class_names, located)
+    check_source_spec(source, class_names, located, host=host)
     split_spec = check_split_spec(d["split"], c.fail) if "split" in d else None
 
     splits_raw = d["splits"]
@@ -306,13 +318,15 @@ def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
         isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool) for k, v in columns.items()
     ):
         raise c.fail("columns", "must map column names to plain values, e.g. {hospital: 0}")
-    from prism_plugin.adaptation.config import check_adaptation, check_priors
-    from prism_plugin.tables import REFERENCE_FILES
-    from prism_plugin.tasks.sweep import parse_sweep
+    from prism_plugin.plugins import get_host
 
+    host = getattr(c, "host", None) or get_host()
     table = d.get("reference_table", "")
-    if table and table not in REFERENCE_FILES:
-        raise c.fail("reference_table", f"must be one of {', '.join(REFERENCE_FILES)}, got {table!r}")
+    if table and table not in host.tables:
+        kinds = host.tables.names()
+        raise c.fail("reference_table", f"must be a table kind ({', '.join(kinds)}; plugins register more), got "
+                                        f"{table!r}{suggest(str(table), kinds)}")
+    plugin_keys = _plugin_keys(d, c, host, n_classes)
     return dict(
         reference_table=table,
         label_fractions=fractions,
@@ -324,10 +338,41 @@ def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
         proportional_val=c.boolean(d.get("proportional_val", False), "proportional_val"),
         tags=c.str_list(d.get("tags", []), "tags") if d.get("tags") else (),
         columns=dict(columns),
-        adaptation=check_adaptation(d["adaptation"], c.fail) if "adaptation" in d else None,
-        priors=check_priors(d["priors"], c.fail, d.get("class_names"), n_classes) if d.get("priors") is not None else None,
-        sweep=parse_sweep(d, c, lambda variant: _protocol_settings(variant, c, n_classes)["probe"]),
+        **plugin_keys,
     )
+
+
+def _plugin_keys(d: dict, c: _Checker, host, n_classes: int) -> dict[str, Any]:
+    """Every registered task key: validated value, or its default when absent."""
+    from prism_plugin.registrars import TaskKeyContext
+
+    kind = d.get("kind", "indomain")
+    ctx = TaskKeyContext(fail=c.fail, data=d, n_classes=n_classes,
+                         class_names=tuple(d.get("class_names") or ()) if isinstance(d.get("class_names"), list) else (),
+                         kind=kind, file=str(c.loc.file), settings=lambda variant: _protocol_settings(variant, c, n_classes),
+                         extra={"checker": c, "host": host})
+    attrs: dict[str, Any] = {}
+    extras: dict[str, Any] = {}
+    for name in host.task_keys:
+        spec = host.task_keys.get(name)
+        if name in CORE_KEYS:
+            raise PrismError(f"task key {name!r} registered by {host.task_keys.entry(name).origin} is a core task "
+                             "key of prism-plugin; the plugin must choose another name")
+        if name in d and kind not in spec.kinds:
+            raise c.fail(name, f"only applies to kind: {' or '.join(spec.kinds)} tasks")
+        if name in d:
+            try:
+                value = spec.validator(d[name], ctx)
+            except PrismError:
+                raise
+            except Exception as exc:  # a plugin's validator that crashed: name it and the key
+                raise c.fail(name, f"validator of task key {name!r} ({host.task_keys.entry(name).origin}) "
+                                   f"failed: {type(exc).__name__}: {exc}") from exc
+        else:
+            value = spec.default
+        (attrs if name in ATTRIBUTE_KEYS else extras)[name] = value
+    attrs.setdefault("sweep", {})
+    return {**attrs, "extras": extras}
 
 
 def _build_transfer(located: Located, c: _Checker) -> TaskConfig:
@@ -373,7 +418,7 @@ def _build_transfer(located: Located, c: _Checker) -> TaskConfig:
     )
 
 
-def task_from_file(path: Path, search_paths: list[Path]) -> TaskConfig:
+def task_from_file(path: Path, search_paths: list[Path], host=None) -> TaskConfig:
     from prism_plugin.tasks.loader import parse_yaml, resolve_includes
 
-    return build_task(resolve_includes(parse_yaml(path), search_paths))
+    return build_task(resolve_includes(parse_yaml(path), search_paths), host)

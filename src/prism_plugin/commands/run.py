@@ -1,0 +1,95 @@
+"""The main job, ``prism-run --task T --model M [--model-args K=V]``: every task x every model.
+
+:mod:`prism_plugin.cli` parses the command line (``args.models`` is the list of
+``(adapter name, model_args)`` pairs, each model with its own options); :func:`run` builds each
+adapter with :func:`prism_plugin.runner.make_adapter` and runs :func:`prism_plugin.runner.run_job`
+for every (task, model) pair. Groups also get one combined ``runs.csv``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from prism_plugin.commands import host_of
+from prism_plugin.errors import PrismError
+
+
+def model_label(display_name: str, model_args: dict[str, Any]) -> str:
+    """``DemoViT-Tiny`` -> ``DemoViT-Tiny-pooling-mean``: tells apart one model run with several option sets."""
+    parts = [f"{k}-{v}" for k, v in sorted(model_args.items())]
+    return "-".join([display_name, *parts]) if parts else display_name
+
+
+def output_names(adapters: list, specs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The results-folder name of each model: its display name, plus its options where two would collide."""
+    names = [a.display_name for a in adapters]
+    out = []
+    for (name, model_args), adapter in zip(specs, adapters):
+        shared = names.count(adapter.display_name) > 1
+        out.append(model_label(adapter.display_name, model_args) if shared else adapter.display_name)
+    seen: dict[str, str] = {}
+    for label, (name, model_args) in zip(out, specs):
+        if label in seen:
+            raise PrismError(f"--model {name} is given twice with the same --model-args "
+                             f"({', '.join(f'{k}={v}' for k, v in sorted(model_args.items())) or 'none'}); "
+                             "give each model once")
+        seen[label] = name
+    return out
+
+
+def run(args) -> int:
+    from prism_plugin.executors import make_executor
+    from prism_plugin.runner import JobOptions, compact_table, default_output, make_adapter, run_job
+    from prism_plugin.tasks.index import default_index
+    from prism_plugin.tasks.sweep import expand_sweeps
+
+    if args.offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+    if args.limit is not None and args.limit < 1:
+        raise PrismError(f"--limit {args.limit}: must be a positive number of items per split")
+    if args.num_workers is not None and args.num_workers < 0:
+        raise PrismError(f"--num-workers {args.num_workers}: must be >= 0")
+    host = host_of(args)
+    index = default_index(host, args.include_path)
+    overrides = list(args.overrides) + ([f"probe.backend={args.probe_backend}"] if args.probe_backend else [])
+    overrides += [f"probe.kind={args.probe}"] if args.probe else []
+    jobs = index.expand_args(args.task, overrides)  # groups expand to members; every task validated before any work
+    jobs = expand_sweeps(jobs, host)  # `sweep:` -> one task variant per value (prism_plugin.tasks.sweep)
+    specs: list[tuple[str, dict[str, Any]]] = list(args.models)
+    adapters = [make_adapter(host, name, model_args) for name, model_args in specs]
+    labels = output_names(adapters, specs)
+    executor = make_executor(args.executor, args.jobs, args.address)
+    single = len(jobs) == 1 and len(adapters) == 1 and not jobs[0][0]
+    base = Path("prism_results")
+    group_runs: dict[str, list] = {}
+    for group, task in jobs:
+        for adapter, label, (_, model_args) in zip(adapters, labels, specs):
+            if single and args.output is not None:
+                out = args.output
+            else:
+                out = default_output((args.output or base) / group, task.name, label)
+            opts = JobOptions(output=out, model_args=model_args, cache_dir=args.cache_dir, device=args.device,
+                              num_workers=args.num_workers, limit=args.limit,
+                              allow_size_mismatch=args.allow_size_mismatch, progress=not args.quiet,
+                              report=not args.no_report, executor=executor)
+            result = run_job(task, adapter, host, opts)
+            if group:
+                group_runs.setdefault(group, []).append(result.runs)
+            if not args.quiet:
+                reused = len(result.summary["reused_cells"])
+                print(f"\n{label} on {task.name} ({len(result.runs)} runs"
+                      f"{f', {reused} reused' if reused else ''}; "
+                      f"{result.summary['timings']['total_seconds']:.1f} s)")
+                print(compact_table(result.runs))
+            print(f"results: {result.results_dir}")
+    for group, frames in group_runs.items():  # one table per group: members in group order
+        import pandas as pd
+
+        from prism_plugin.results import order_columns, write_csv
+
+        combined = pd.concat(frames, ignore_index=True)
+        write_csv((args.output or base) / group / "runs.csv", combined[order_columns(combined.columns)])
+        print(f"group {group}: {(args.output or base) / group / 'runs.csv'} ({len(combined)} runs)")
+    return 0

@@ -1,0 +1,39 @@
+"""``prism-run validate TARGET...``: load and check tasks (names or YAML files) without running them.
+
+Every problem of every target is listed, one per line; the exit status is 1 when any target fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from prism_plugin.commands import host_of
+from prism_plugin.errors import PrismError
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("validate", help="check tasks (names or YAML files) without running them",
+                              description="Load each task (or group) as `prism-run --task` would and list every "
+                                          "problem found, one per line; nothing is computed.")
+    p.add_argument("target", nargs="+", help="task or group name, or a task YAML file")
+    p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
+                   help="override a task key before checking, as in the main command")
+    return p
+
+
+def run(args) -> int:
+    from prism_plugin.tasks.index import default_index
+
+    index = default_index(host_of(args), args.include_path)
+    failures = 0
+    for target in args.target:
+        try:
+            task = index.load(target, args.overrides)
+            print(f"ok  {task.name}  ({task.file}): {task.n_classes} classes, splits {', '.join(task.splits)}, "
+                  f"{len(task.label_fractions)} fractions x {len(task.seeds)} seeds")
+        except PrismError as exc:
+            failures += 1
+            for problem in str(exc).splitlines():  # validate lists every problem, one per line
+                print(f"error  {problem}", file=sys.stderr)
+    return 1 if failures else 0

@@ -1,0 +1,413 @@
+"""The plugin contract: what plugins receive and return. The ground floor of the house.
+
+Every layer may import this module; it imports nothing of prism-plugin above
+:mod:`prism_plugin.errors` at import time (numerical helpers are imported where
+they are used). Types:
+
+* :class:`RunContext`, :class:`RunFeatures`, :class:`CalibrationSet` - one run, as a
+  ``run_metrics`` hook sees it;
+* :class:`RunTables` - the per-run tables by table kind, as a ``summarize`` hook sees them;
+  :class:`SummaryOutput` - what it returns;
+* :class:`ReportSection` and :class:`ReportView` - what a ``report_sections`` hook returns
+  and reads (also importable from :mod:`prism_plugin.report.sections`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from prism_plugin.errors import PrismError
+
+#: the temperature search interval of PROTOCOL §2.5 (prism_plugin.protocol.temperature uses it)
+T_BOUNDS = (0.1, 10.0)
+
+
+def _readonly(arr: np.ndarray) -> np.ndarray:
+    view = np.asarray(arr).view()
+    view.flags.writeable = False
+    return view
+
+
+@dataclass(frozen=True)
+class CalibrationSet:
+    """Logits and labels of a held-out split a temperature may be fitted on."""
+
+    logits: np.ndarray
+    labels: np.ndarray
+    description: str = ""
+
+
+class RunFeatures:
+    """Read-only access to the features of one run, for plugins that work on embeddings.
+
+    * ``train_X`` / ``train_y``: the training subset the head was fitted on (the run's fraction x
+      seed subset of the train split; for transfer tasks the **source** train split), materialised
+      on first access.
+    * ``val_X`` / ``val_y``: the validation split (source val for transfer tasks) or ``None``.
+    * ``test_X`` / ``test_y``: the evaluation split (the **target** for transfer tasks).
+    * ``head``: the fitted probe head (``evaluate(X) -> ProbeOutput``); do not refit it.
+    * ``make_head()``: a fresh, unfitted head with this run's kind, settings and seed.
+    """
+
+    def __init__(self, train, train_indices: np.ndarray, val, test, head: Any,
+                 make_head: Callable[[], Any] | None = None, head_kind: str = ""):
+        self._train, self._indices, self._val, self._test = train, np.asarray(train_indices), val, test
+        self.head = head
+        self.head_kind = head_kind
+        self._make_head = make_head
+        self._train_X: np.ndarray | None = None
+
+    @property
+    def train_X(self) -> np.ndarray:
+        if self._train_X is None:
+            self._train_X = _readonly(np.asarray(self._train.X[self._indices], dtype=np.float32))
+        return self._train_X
+
+    @property
+    def train_y(self) -> np.ndarray:
+        return _readonly(np.asarray(self._train.y)[self._indices])
+
+    @property
+    def val_X(self) -> np.ndarray | None:
+        return None if self._val is None else _readonly(np.asarray(self._val.X))
+
+    @property
+    def val_y(self) -> np.ndarray | None:
+        return None if self._val is None else _readonly(np.asarray(self._val.y))
+
+    @property
+    def test_X(self) -> np.ndarray:
+        return _readonly(np.asarray(self._test.X))
+
+    @property
+    def test_y(self) -> np.ndarray:
+        return _readonly(np.asarray(self._test.y))
+
+    def make_head(self) -> Any:
+        if self._make_head is None:
+            raise RuntimeError("this run cannot build a fresh head")
+        return self._make_head()
+
+
+@dataclass
+class RunContext:
+    """Everything about one run that a ``run_metrics`` plugin may read.
+
+    Arrays are read-only views shared by every plugin: do not modify them.
+
+    * ``y_test``, ``proba_test`` (``(N, K)``, float64), ``logits_test``
+      (``(N, K)``; binary problems use the convention named in
+      ``binary_logits``: ``symmetric`` = ``[-d, d]`` with neutral T = 2),
+      ``pred_test`` (arg-max).
+    * ``calibration``: named held-out splits to fit temperatures on. ``"val"``
+      is the full validation split of the data the probe was trained on (the
+      protocol's temperature); ``"val_prop"`` the proportional subset, when the
+      task asks for it. Never the evaluation split.
+    * ``temperature(name)`` fits (once, cached) and returns T, or NaN when that
+      split is absent.
+    * ``meta``: task kind, dataset/pair names and anything a task adds.
+    * ``features`` (optional, ``None`` when the caller has no features): a
+      :class:`RunFeatures` with the run's train subset, val and test features
+      and the fitted head, for plugins that adapt or probe embeddings.
+    * ``artifact_dir`` (optional): a folder where a plugin may write per-run
+      files (e.g. per-example predictions) beside the results; ``None`` = none.
+    * ``host`` (optional): the plugin host running the grid, for registry lookups
+      (``run.host.registry("adaptation")``); ``None`` means the shared host.
+    """
+
+    task: str
+    adapter: str
+    model: str
+    dataset: str
+    fraction: float
+    seed: int
+    n_classes: int
+    n_train: int
+    forced_classes: int
+    y_test: np.ndarray
+    proba_test: np.ndarray
+    logits_test: np.ndarray
+    calibration: Mapping[str, CalibrationSet] = field(default_factory=dict)
+    ece_bins: int = 15
+    binary_logits: str = "symmetric"
+    t_bounds: tuple[float, float] = T_BOUNDS
+    class_names: tuple[str, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    features: RunFeatures | None = None
+    artifact_dir: Path | None = None
+    #: the plugin host running this grid (its registries: heads, adaptation methods, ...); None = the shared one
+    host: Any = field(default=None, repr=False, compare=False)
+    _temperatures: dict[str, float] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        # read-only *views*: plugins cannot modify shared arrays, callers' arrays stay writable
+        self.y_test = _readonly(self.y_test)
+        self.proba_test = _readonly(self.proba_test)
+        self.logits_test = _readonly(self.logits_test)
+        self.pred_test = _readonly(self.proba_test.argmax(axis=1))
+
+    @property
+    def neutral_temperature(self) -> float:
+        from prism_plugin.metrics.core import neutral_temperature
+
+        return neutral_temperature(self.n_classes, self.binary_logits)
+
+    def temperature(self, name: str = "val") -> float:
+        """T fitted on the named calibration split (bounded Brent on NLL); NaN if absent."""
+        from prism_plugin.protocol.temperature import fit_temperature
+
+        if name not in self._temperatures:
+            cal = self.calibration.get(name)
+            self._temperatures[name] = (
+                float("nan") if cal is None else fit_temperature(cal.logits, cal.labels, self.t_bounds)
+            )
+        return self._temperatures[name]
+
+    def scaled_proba(self, temperature: float) -> np.ndarray | None:
+        """``softmax(logits_test / T)``; ``None`` when T is NaN."""
+        if not np.isfinite(temperature):
+            return None
+        from prism_plugin.metrics.core import probabilities_from_logits
+
+        return probabilities_from_logits(self.logits_test, temperature)
+
+
+# -- per-run tables and summaries ---------------------------------------------------------
+
+def _table_kinds(host=None):
+    """The table-kind registry of ``host`` (default: the shared host)."""
+    if host is None:
+        from prism_plugin.plugins import get_host
+
+        host = get_host()
+    return host.tables
+
+
+class RunTables:
+    """The per-run tables a summary may read, by table kind; an absent kind reads as ``None``.
+
+    ``tables.indomain`` and ``tables["indomain"]`` are the same table. The kinds are a registry
+    (``register_tables`` hook; built in: :data:`BUILTIN_TABLES`); a plugin's own kind is read the
+    same way.
+    """
+
+    def __init__(self, tables: Mapping[str, pd.DataFrame | None] | None = None, **kinds: pd.DataFrame | None):
+        merged = {**dict(tables or {}), **kinds}
+        object.__setattr__(self, "_tables", {k: v for k, v in merged.items()})
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self._tables.get(name)
+
+    def __setattr__(self, name: str, value) -> None:
+        self._tables[name] = value
+
+    def __getitem__(self, name: str):
+        return self._tables.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return self._tables.get(name) is not None  # type: ignore[call-overload]
+
+    def get(self, name: str, default=None):
+        value = self._tables.get(name)
+        return default if value is None else value
+
+    def present(self) -> list[str]:
+        return [k for k, v in self._tables.items() if v is not None]
+
+    def items(self) -> list[tuple[str, pd.DataFrame]]:
+        return [(k, v) for k, v in self._tables.items() if v is not None]
+
+    def __repr__(self) -> str:  # pragma: no cover
+        return f"RunTables({', '.join(f'{k}: {len(v)} rows' for k, v in self.items())})"
+
+    @classmethod
+    def from_reference_dir(cls, directory: str | Path, *, required: tuple[str, ...] = (), host=None) -> "RunTables":
+        """Read a directory with the published results_v2 layout (one file per table kind).
+
+        Files that are absent leave their table ``None`` unless named in
+        ``required``; a file that is present but malformed is an error naming it.
+        """
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise PrismError(
+                f"reference directory {directory} does not exist; pass --reference DIR "
+                "with a results_v2 layout (e.g. indomain_all_v2.csv, ood_all_v2.csv)"
+            )
+        kinds = _table_kinds(host)
+        out: dict[str, pd.DataFrame] = {}
+        for key in kinds:
+            kind = kinds.get(key)
+            path = directory / kind.file
+            if not path.exists():
+                if key in required:
+                    raise PrismError(f"reference directory {directory} lacks {kind.file}")
+                continue
+            from prism_plugin.tables import read_run_table
+
+            out[key] = read_run_table(path, kind.required_columns)
+        if not out:
+            raise PrismError(
+                f"reference directory {directory} holds none of "
+                + ", ".join(kinds.get(k).file for k in kinds)
+            )
+        return cls(out)
+
+
+@dataclass
+class SummaryOutput:
+    """What a ``summarize`` hook returns.
+
+    ``tables`` maps a file stem (``rank_correlations``) to a DataFrame written as
+    ``<stem>.csv``; ``headline`` holds scalars merged into ``findings.json``;
+    ``notes`` say, in one line each, what could not be computed and why.
+    """
+
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    headline: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def merge(self, other: "SummaryOutput", origin: str = "") -> None:
+        for name, table in other.tables.items():
+            if name in self.tables:
+                raise PrismError(f"summary table {name!r} produced twice (second by {origin or 'a plugin'})")
+            self.tables[name] = table
+        for key, value in other.headline.items():
+            if key in self.headline:
+                raise PrismError(f"headline {key!r} produced twice (second by {origin or 'a plugin'})")
+            self.headline[key] = value
+        self.notes.extend(other.notes)
+
+
+# -- report sections and the view they are built from -------------------------------------
+
+@dataclass
+class ReportSection:
+    """A titled block of Markdown, optionally with PNG figures (name -> bytes).
+
+    ``captions`` gives a caption per figure name; ``not_shown`` lists, one
+    line each, what this section would show but cannot, and why (rendered as
+    a visible note and collected in the report's "Not shown" list); ``key`` is
+    a stable anchor (derived from the title when empty); ``summary`` is a
+    one-line teaser used in the table of contents; ``html``, when set, is the
+    section's body in the HTML report (``body`` stays the Markdown twin);
+    ``tables`` (stem -> DataFrame) are written as ``<stem>.csv`` beside the
+    summary tables, so the report's numbers can be traced to a file.
+    """
+
+    title: str
+    body: str
+    order: int = 100
+    figures: dict[str, bytes] = field(default_factory=dict)
+    captions: dict[str, str] = field(default_factory=dict)
+    not_shown: list[str] = field(default_factory=list)
+    key: str = ""
+    summary: str = ""
+    html: str = ""
+    tables: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def anchor(self) -> str:
+        raw = self.key or self.title
+        slug = "".join(ch.lower() if ch.isalnum() else "-" for ch in raw)
+        while "--" in slug:
+            slug = slug.replace("--", "-")
+        return slug.strip("-") or "section"
+
+
+@dataclass
+class ReportView:
+    """What report plugins read.
+
+    * ``path``: the folder the report is written to (a results directory, or
+      the output folder of ``prism-run findings``).
+    * ``runs``: the per-run rows (``runs.csv`` of every source directory,
+      concatenated; for a reference directory, its per-run tables).
+    * ``summary``: ``summary.json`` of ``path`` (``{}`` when absent).
+    * ``table(stem)``: a summary table by file stem (``rank_correlations``),
+      from the summaries computed for this report or from ``<tables_dir>/<stem>.csv``.
+    * ``run_tables``: :class:`~prism_plugin.tables.RunTables` in the reference
+      schema (``None`` if it could not be built); ``summaries``: the merged
+      :class:`~prism_plugin.tables.SummaryOutput`; ``reliability``: the
+      reliability artifacts of the source directories; ``notes``: why
+      something could not be loaded; ``options``: the summary options used
+      (e.g. ``fewshot_tolerance``, ``binary_logits``).
+    * ``metrics``: the metric descriptions of the plugin host
+      (:class:`~prism_plugin.metrics.descriptions.DescribedMetric`, ``register_metrics``); empty
+      when the view was built without a host (then :meth:`described_metrics` reads the shared host).
+    """
+
+    path: Path
+    sources: tuple[Path, ...] = ()
+    tables_dir: Path | None = None
+    run_tables: Any = None
+    summaries: Any = None
+    reliability: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    title: str = ""
+    reference: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+    metrics: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        self.sources = tuple(Path(s) for s in self.sources) or (self.path,)
+        if self.tables_dir is None:
+            self.tables_dir = self.path / "summaries"
+
+    @cached_property
+    def runs(self) -> pd.DataFrame:
+        from prism_plugin.results import runs_files
+
+        frames = [pd.read_csv(f) for f in runs_files(self.sources)]
+        if not frames and self.run_tables is not None:
+            for name in self.run_tables.present():
+                df = getattr(self.run_tables, name).copy()
+                df["reference_table"] = name
+                frames.append(df)
+        if not frames:
+            return pd.DataFrame()
+        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        p = self.path / "summary.json"
+        return json.loads(p.read_text()) if p.exists() else {}
+
+    def table(self, stem: str) -> pd.DataFrame | None:
+        if self.summaries is not None and stem in getattr(self.summaries, "tables", {}):
+            return self.summaries.tables[stem]
+        p = Path(self.tables_dir) / f"{stem}.csv"
+        return pd.read_csv(p) if p.exists() else None
+
+    def described_metrics(self, use: str | None = None) -> list[Any]:
+        """The metric descriptions (``use``: ``"report"``, ``"bands"``, ... keeps those used there)."""
+        from prism_plugin.metrics.descriptions import described_metrics
+
+        described = list(self.metrics) or described_metrics(None)
+        return [d for d in described if use is None or getattr(d.info, use)]
+
+    @property
+    def headline(self) -> dict[str, Any]:
+        return dict(getattr(self.summaries, "headline", {}) or {})
+
+    def source_summaries(self) -> list[dict[str, Any]]:
+        """``summary.json`` of every source results directory (those that have one)."""
+        out = []
+        for src in self.sources:
+            direct = src / "summary.json"
+            files = [direct] if direct.exists() else sorted(src.rglob("summary.json")) if src.is_dir() else []
+            for f in files:
+                try:
+                    out.append(json.loads(f.read_text()))
+                except (OSError, ValueError):
+                    continue
+        return out

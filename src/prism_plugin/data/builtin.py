@@ -1,0 +1,22 @@
+"""Built-in plugin: the data source types, registered through ``register_sources``."""
+
+from __future__ import annotations
+
+from prism_plugin.hookspecs import hookimpl
+
+#: source.type -> (lazy class reference, one-line description)
+BUILTIN_SOURCES: dict[str, tuple[str, str]] = {
+    "imagefolder": ("prism_plugin.data.folder:ImageFolderSource", "class-per-folder images under root/<split>/"),
+    "demo": ("prism_plugin.data.folder:DemoSource", "procedural synthetic H&E-like tiles (offline demo)"),
+    "records": ("prism_plugin.data.records:RecordsSource", "CSV/JSON/JSONL/parquet records with path and label"),
+    "h5": ("prism_plugin.data.arrays:H5Source", "HDF5 image and label arrays"),
+    "npz": ("prism_plugin.data.arrays:NpzSource", "NumPy .npz image and label arrays"),
+    "hf": ("prism_plugin.data.hf:HFSource", "a Hugging Face dataset (local folder or pinned hub revision)"),
+    "camelyon17": ("prism_plugin.data.camelyon17:Camelyon17Source", "Camelyon17-WILDS patches by hospital"),
+}
+
+
+@hookimpl
+def register_sources(register) -> None:
+    for name, (ref, description) in BUILTIN_SOURCES.items():
+        register(name, ref, description=description)

@@ -1,0 +1,137 @@
+"""Source types by name: every lookup of a task's ``source.type`` goes through the plugin host.
+
+The catalogue is the host's ``sources`` registry (``host.sources``), filled by the
+``register_sources`` hook -- the built-in types by :mod:`prism_plugin.data.builtin`, a third
+party's by its own plugin, in the same way. Each function takes an optional ``host`` (default: the
+shared :func:`prism_plugin.plugins.get_host`).
+
+``precomputed`` is not a source type: it marks a task whose features come from
+``--model precomputed``; it takes no options and opens no source.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from prism_plugin.data.base import COMMON_OPTIONS, check_options, keyed_error
+from prism_plugin.data.labels import raw_class_id
+from prism_plugin.errors import PrismError, suggest
+
+#: Not a data source: the task's features come from ``--model precomputed``.
+FEATURES_ONLY = "precomputed"
+
+
+def _sources(host=None):
+    if host is None:
+        from prism_plugin.plugins import get_host
+
+        host = get_host()
+    return host.sources
+
+
+def source_types(host=None) -> list[str]:
+    """Registered source type names (without aliases), in registration order."""
+    return _sources(host).names()
+
+
+def is_source_type(kind: Any, host=None) -> bool:
+    """Whether ``kind`` names a registered source type (or an alias of one)."""
+    return isinstance(kind, str) and kind in _sources(host)
+
+
+def unknown_type_message(kind: Any, host=None) -> str:
+    """``'x' is not known; did you mean 'y'? (known: a, b, ..., precomputed)``."""
+    reg = _sources(host)
+    names = reg.names(with_aliases=True)
+    return (f"{kind!r} is not known{suggest(str(kind), [*names, FEATURES_ONLY])} "
+            f"(known: {', '.join(sorted(reg.names()))}, {FEATURES_ONLY})")
+
+
+def source_class(kind: str, host=None):
+    """The class registered for ``kind`` (imported on first use)."""
+    reg = _sources(host)
+    if not isinstance(kind, str) or kind not in reg:
+        raise PrismError(f"source.type {unknown_type_message(kind, host)}")
+    return reg.get(kind)
+
+
+def accepted_options(kind: Any, host=None) -> set[str] | None:
+    """The ``source.*`` keys type ``kind`` accepts (its ``OPTIONS`` plus the label-mapping keys).
+
+    ``None`` when ``kind`` is not a registered source type (including ``precomputed``, which is
+    no source). Does not include ``type`` itself.
+    """
+    if not is_source_type(kind, host):
+        return None
+    return set(getattr(source_class(kind, host), "OPTIONS", ())) | COMMON_OPTIONS
+
+
+def check_source_spec(source: dict, task_class_names: Sequence[str], located, host=None) -> None:
+    """Static checks of a task's ``source:`` mapping (used by the schema; no data is read)."""
+    kind = source.get("type")
+    if kind == FEATURES_ONLY:
+        extra = sorted(set(source) - {"type"})
+        if extra:
+            raise keyed_error(PrismError(f"{located.where('source.' + extra[0])}: source.{extra[0]}: source type "
+                                         "precomputed takes no options (point --model-args root=DIR at the "
+                                         "embeddings)"), f"source.{extra[0]}")
+        return
+    if not is_source_type(kind, host):
+        raise keyed_error(PrismError(f"{located.where('source.type')}: source.type: "
+                                     f"{unknown_type_message(kind, host)}"), "source.type")
+    cls = source_class(kind, host)
+    options = {k: v for k, v in source.items() if k != "type"}
+    check_options(cls, options, str(located.file), located, kind=getattr(cls, "type_name", "") or kind)
+    cmap = options.get("class_map")
+    if cmap is not None:
+        where = located.where("source.class_map")
+        if not isinstance(cmap, dict) or not cmap:
+            raise keyed_error(PrismError(f"{where}: source.class_map: must map task class names to lists of raw "
+                                         "class names, e.g. {neutrophil: [NGS, NGB]}"), "source.class_map")
+        seen: dict[str, str] = {}
+        for cname, raws in cmap.items():
+            if task_class_names and cname not in task_class_names:
+                raise keyed_error(PrismError(f"{where}: source.class_map: {cname!r} is not one of the task's "
+                                             f"class_names {list(task_class_names)}"
+                                             f"{suggest(str(cname), task_class_names)}"), "source.class_map")
+            if not isinstance(raws, list) or not raws or not all(isinstance(r, (str, int)) for r in raws):
+                raise keyed_error(PrismError(f"{where}: source.class_map.{cname}: must be a non-empty list of raw "
+                                             "class names (or integer labels)"), "source.class_map")
+            for r in raws:
+                if raw_class_id(r) in seen:
+                    raise keyed_error(PrismError(f"{where}: source.class_map: raw class {r!r} is mapped to both "
+                                                 f"{seen[raw_class_id(r)]!r} and {cname!r}"), "source.class_map")
+                seen[raw_class_id(r)] = cname
+        if not task_class_names:
+            raise keyed_error(PrismError(f"{where}: source.class_map needs the task's class_names"),
+                              "source.class_map")
+    for key in ("drop_classes",):
+        if key in options and (not isinstance(options[key], list)
+                               or not all(isinstance(v, (str, int)) for v in options[key])):
+            raise keyed_error(PrismError(f"{located.where('source.' + key)}: source.{key}: must be a list of raw "
+                                         "class names"), f"source.{key}")
+    if "drop_unmapped" in options and not isinstance(options["drop_unmapped"], bool):
+        raise keyed_error(PrismError(f"{located.where('source.drop_unmapped')}: source.drop_unmapped: must be true "
+                                     "or false"), "source.drop_unmapped")
+    check = getattr(cls, "check_spec", None)
+    if check is not None:
+        check(options, located)
+
+
+def open_source(task, host=None):
+    """Instantiate the task's source (``None`` for ``precomputed``), or fail naming the task file and the type."""
+    options = dict(task.source)
+    kind = options.pop("type")
+    if kind == FEATURES_ONLY:
+        return None  # features come from the precomputed adapter
+    if not is_source_type(kind, host):
+        raise PrismError(f"{task.file}: source.type {unknown_type_message(kind, host)}")
+    cls = source_class(kind, host)
+    try:
+        return cls(task, **options)
+    except TypeError as exc:
+        raise PrismError(f"{task.file}: source options {sorted(options)} do not fit type {kind!r} ({exc})") from None
+
+
+__all__ = ["FEATURES_ONLY", "source_types", "is_source_type", "unknown_type_message", "source_class",
+           "accepted_options", "check_source_spec", "open_source"]

@@ -1,0 +1,94 @@
+"""Label mapping: a pool's raw classes (folder names, manifest values, integers) -> task class indices.
+
+By name, through ``class_map`` (task class -> raw names), or as integers; raw classes that map
+nowhere are an error unless dropped with ``drop_classes`` / ``drop_unmapped: true``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+import numpy as np
+
+from prism_plugin.errors import PrismError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from prism_plugin.data.base import Pool
+
+
+def raw_class_id(value: Any) -> str:
+    """The string a raw class is matched by (``3``, ``3.0`` and ``np.int64(3)`` all give ``"3"``)."""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        value = int(value)
+    if isinstance(value, np.integer):
+        value = int(value)
+    return str(value)
+
+
+def map_labels(pool: "Pool", task, class_map: dict | None, drop_unmapped: bool, drop_classes: Iterable[str]) -> np.ndarray:
+    """Raw classes -> task label indices (-1 = dropped); every unmapped raw class is an error unless dropped."""
+    raw = pool.raw
+    if not raw:
+        return np.zeros(0, dtype=np.int64)
+    uniq: dict[Any, list[str]] = {}
+    for r in dict.fromkeys(raw):
+        ids = [raw_class_id(r)]
+        if pool.label_names is not None and isinstance(r, (int, np.integer)) and 0 <= int(r) < len(pool.label_names):
+            ids.append(str(pool.label_names[int(r)]))
+        uniq[r] = ids
+    names = list(task.class_names)
+    target: dict[Any, int] = {}
+    if class_map:
+        table: dict[str, int] = {}
+        for cname, raws in class_map.items():
+            for rv in raws:
+                table[raw_class_id(rv)] = names.index(cname)
+        for r, ids in uniq.items():
+            hit = next((table[i] for i in ids if i in table), None)
+            if hit is not None:
+                target[r] = hit
+        found = set(target.values())
+        empty = [names[c] for c in range(len(names)) if c not in found]
+        if empty:
+            seen = sorted({ids[-1] for ids in uniq.values()})
+            raise PrismError(
+                f"task {task.name}: class(es) {empty} match no images in {pool.where}: source.class_map lists "
+                f"{ {c: class_map.get(c) for c in empty} } but the raw classes there are {seen}"
+            )
+    else:
+        str_raw = not _all_ints(uniq)
+        if names:
+            by_name = {n: i for i, n in enumerate(names)}
+            use_names = str_raw or (pool.label_names is not None and set(pool.label_names) >= set(names))
+            for r, ids in uniq.items():
+                if use_names:
+                    hit = next((by_name[i] for i in ids if i in by_name), None)
+                    if hit is not None:
+                        target[r] = hit
+                elif 0 <= int(r) < len(names):
+                    target[r] = int(r)
+        elif str_raw:
+            ordered = sorted({ids[0] for ids in uniq.values()})
+            if len(ordered) != task.n_classes:
+                raise PrismError(f"task {task.name}: {pool.where} has {len(ordered)} classes {ordered[:20]}, "
+                                 f"the task declares n_classes {task.n_classes}")
+            target = {r: ordered.index(ids[0]) for r, ids in uniq.items()}
+        else:
+            target = {r: int(r) for r in uniq if 0 <= int(r) < task.n_classes}
+    drop = set(drop_classes)
+    unmapped = [ids[-1] for r, ids in uniq.items() if r not in target and not (drop & set(ids))]
+    if unmapped and not drop_unmapped:
+        raise PrismError(
+            f"task {task.name}: raw class(es) {sorted(unmapped)[:20]} in {pool.where} are not in the task's "
+            f"class_names {names or list(range(task.n_classes))}; map them with source.class_map or drop them with "
+            "source.drop_classes (or drop_unmapped: true)"
+        )
+    lut = {r: target.get(r, -1) for r in uniq}
+    return np.asarray([lut[r] for r in raw], dtype=np.int64)
+
+
+def _all_ints(uniq: dict) -> bool:
+    return all(isinstance(r, (int, np.integer)) and not isinstance(r, bool) for r in uniq)
+
+
+__all__ = ["map_labels", "raw_class_id"]

@@ -1,0 +1,86 @@
+"""Built-in plugin: what the built-in per-run metric columns mean (``register_metrics``).
+
+A description says which way is better (``direction``), how runs combine into a cell
+(``aggregation``) and where the column is used: ``summary.json`` cells, the report's metric table,
+the transfer band table, ``prism-run compare``. A third party describes its own columns the same
+way, and they then appear in all of those places.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prism_plugin.hookspecs import hookimpl
+from prism_plugin.registrars import MetricInfo
+
+#: (column, direction, display, where) in summary.json order; where: s=summary, r=report, b=bands, c=compare
+BUILTIN_METRICS: tuple[tuple[str, str | None, str, str], ...] = (
+    ("auroc", "higher", "AUROC", "srbc"),
+    ("f1_macro", "higher", "macro-F1", "srb"),
+    ("brier", "lower", "Brier", "sr"),
+    ("nll", "lower", "NLL", "sr"),
+    ("ece_fixed", "lower", "ECE (fixed bins)", "srbc"),
+    ("ece_adaptive", "lower", "ECE (adaptive bins)", "sr"),
+    ("temperature", None, "temperature T", "sr"),
+    ("ece_scaled_fixed", "lower", "ECE after T (fixed)", "srbc"),
+    ("ece_scaled_adaptive", "lower", "ECE after T (adaptive)", "sr"),
+    ("degeneracy_share", None, "largest predicted-class share", "sr"),
+    ("temperature_src", None, "source-fitted temperature", "s"),
+    ("f1_binary", "higher", "F1 (positive class)", ""),
+    ("nll_scaled", "lower", "NLL after T", "r"),
+)
+
+
+@hookimpl
+def register_metrics(register) -> None:
+    for column, direction, display, where in BUILTIN_METRICS:
+        register(column, direction=direction, display=display, summary="s" in where, report="r" in where,
+                 bands="b" in where, compare="c" in where)
+
+
+# --------------------------------------------------------------------------- reading the descriptions
+@dataclass(frozen=True)
+class DescribedMetric:
+    """A metric description with the plugin that registered it (``origin``)."""
+
+    info: MetricInfo
+    origin: str
+
+    @property
+    def builtin(self) -> bool:
+        from prism_plugin.plugins import BUILTIN_ORIGIN
+
+        return self.origin == BUILTIN_ORIGIN
+
+    @property
+    def column(self) -> str:
+        return self.info.column
+
+
+#: the usage flags of a description: summary.json cells, report table, band table, compare
+USES = ("summary", "report", "bands", "compare")
+
+
+def described_metrics(host=None, use: str | None = None) -> list[DescribedMetric]:
+    """Every metric description of ``host`` (default: the shared host), in registration order.
+
+    ``use`` keeps those used there: ``"summary"``, ``"report"``, ``"bands"`` or ``"compare"``.
+    """
+    if use is not None and use not in USES:
+        raise ValueError(f"use must be one of {', '.join(USES)}, got {use!r}")
+    if host is None:
+        from prism_plugin.plugins import get_host
+
+        host = get_host()
+    reg = host.metrics
+    out = []
+    for entry in reg.entries():
+        info = reg.get(entry.name)
+        if use is None or getattr(info, use):
+            out.append(DescribedMetric(info, entry.origin))
+    return out
+
+
+def metric_infos(host=None, use: str | None = None) -> list[MetricInfo]:
+    """The :class:`MetricInfo` of :func:`described_metrics` (e.g. the summary.json cell metrics)."""
+    return [d.info for d in described_metrics(host, use)]

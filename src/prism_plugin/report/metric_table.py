@@ -1,0 +1,167 @@
+"""The report's metric table: every described metric (``register_metrics`` with ``report=True``)
+that the runs hold, per label fraction, aggregated over seeds as its description says.
+
+:func:`metric_cells` builds the long ``metric_cells`` table (one row per table kind, model,
+setting, fraction and metric; written as ``metric_cells.csv`` beside the summary tables, and cited
+by the verdict's plugin-metric lines); :func:`metric_section` renders it, one row per metric and
+setting with one column per fraction. A third-party metric with a description appears here
+without any change to the report.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from prism_plugin.report.derived import TABLE_LABELS, TABLE_SPECS, setting_values
+from prism_plugin.report.markdown import pipe_table
+from prism_plugin.report.sections import ReportSection
+
+STEM = "metric_cells"
+METRIC_CELLS_COLUMNS = ["table", "model", "setting", "fraction", "metric", "display", "direction", "aggregation",
+                        "origin", "n_runs", "value", "std"]
+MAX_ROWS = 80
+DIRECTION_WORDS = {"higher": "higher is better", "lower": "lower is better"}
+SETTING_KEYS = ("dataset", "pair", "hospital")
+
+
+def _setting_key(table: str, df: pd.DataFrame) -> str | None:
+    for name, key, _t, _tr in TABLE_SPECS:
+        if name == table:
+            return key if key in df.columns or (key == "pair" and {"src", "tgt"} <= set(df.columns)) else None
+    return next((k for k in SETTING_KEYS if k in df.columns), None)
+
+
+def _table_order(run_tables) -> list[str]:
+    present = list(run_tables.present())
+    known = [name for name, *_rest in TABLE_SPECS if name in present]
+    return known + [t for t in present if t not in known]
+
+
+def metric_cells(run_tables, described: Iterable[Any]) -> pd.DataFrame:
+    """The ``metric_cells`` table (see the module docstring) for ``described`` metrics
+    (:class:`~prism_plugin.metrics.descriptions.DescribedMetric`) present in ``run_tables``.
+
+    ``value`` is the seed aggregate of the description (``mean``: the mean, with ``std`` the seed
+    standard deviation, ddof = 1, NaN for one run; ``median``/``max``/``min``/``sum``/``first``:
+    that statistic, ``std`` NaN); ``n_runs`` counts the runs with a value. Rows: table kinds in
+    report order, then model / setting in order of first appearance, fraction ascending, metrics in
+    registration order.
+    """
+    described = list(described)
+    rows: list[dict[str, Any]] = []
+    if run_tables is None:
+        return pd.DataFrame(columns=METRIC_CELLS_COLUMNS)
+    for table in _table_order(run_tables):
+        df = run_tables.get(table)
+        if df is None or df.empty or "model" not in df.columns or "fraction" not in df.columns:
+            continue
+        cols = {}
+        for d in described:
+            c = d.info.column
+            if c in df.columns:
+                vals = pd.to_numeric(df[c], errors="coerce")
+                if vals.notna().any():
+                    cols[c] = (d, vals)
+        if not cols:
+            continue
+        key = _setting_key(table, df)
+        frame = pd.DataFrame({"model": df["model"].astype(str).to_numpy(),
+                              "setting": setting_values(df, key).to_numpy() if key else "",
+                              "fraction": pd.to_numeric(df["fraction"], errors="coerce").round(9).to_numpy()})
+        for c, (_d, vals) in cols.items():
+            frame[c] = vals.to_numpy()
+        first_seen = {k: i for i, k in enumerate(dict.fromkeys(zip(frame["model"], frame["setting"])))}
+        g = frame.groupby(["model", "setting", "fraction"], sort=False)
+        size = g.size()
+        parts = []
+        for c, (d, _vals) in cols.items():
+            how = d.info.aggregation
+            col = g[c]
+            value = _GROUPED[how](col)
+            std = col.std(ddof=1).where(size > 1) if how == "mean" else pd.Series(np.nan, index=size.index)
+            part = pd.DataFrame({"n_runs": col.count(), "value": value, "std": std}).reset_index()
+            part = part.loc[part["n_runs"] > 0]
+            part.insert(0, "table", table)
+            part.insert(4, "metric", c)
+            part.insert(5, "display", d.info.label)
+            part.insert(6, "direction", d.info.direction or "")
+            part.insert(7, "aggregation", how)
+            part.insert(8, "origin", d.origin)
+            part["_m"] = len(parts)
+            parts.append(part)
+        block = pd.concat(parts, ignore_index=True)
+        block["_s"] = [first_seen[k] for k in zip(block["model"], block["setting"])]
+        block = block.sort_values(["_s", "fraction", "_m"], kind="stable").drop(columns=["_s", "_m"])
+        rows.extend(block.to_dict("records"))
+    return pd.DataFrame(rows, columns=METRIC_CELLS_COLUMNS)
+
+
+_GROUPED = {
+    "mean": lambda g: g.mean(),
+    "median": lambda g: g.median(),
+    "max": lambda g: g.max(),
+    "min": lambda g: g.min(),
+    "sum": lambda g: g.sum(min_count=1),
+    "first": lambda g: g.first(),
+}
+
+
+def _pct(f: float) -> str:
+    return f"{round(float(f) * 100.0, 6):g} %"
+
+
+def _cell(value: float, std: float, fmt: str) -> str:
+    if value is None or not np.isfinite(value):
+        return "–"
+    text = format(value, fmt)
+    return f"{text} ± {format(std, fmt)}" if std is not None and np.isfinite(std) else text
+
+
+def _stat(how: str) -> str:
+    return "mean ± sd" if how == "mean" else how
+
+
+def metric_section(cells: pd.DataFrame | None, described: Iterable[Any]) -> ReportSection:
+    """The "Metrics by label fraction" section from a :func:`metric_cells` table."""
+    sec = ReportSection("Metrics by label fraction", "", order=88, key="metrics",
+                        summary="every described metric, per fraction")
+    if cells is None or cells.empty:
+        sec.not_shown.append("no described metric (register_metrics with report=True) is present in these runs")
+        return sec
+    sec.tables[STEM] = cells
+    info = {d.info.column: d for d in described}
+    fractions = sorted(cells["fraction"].unique())
+    header = ["runs", "model", "setting", "metric", "over seeds"] + [_pct(f) for f in fractions]
+    groups = list(cells.groupby(["table", "model", "setting", "metric"], sort=False))
+    third = sorted({r for r in cells.loc[~cells["origin"].map(_is_builtin), "metric"]})
+    intro = ("Every metric column with a description (`register_metrics`) that these runs hold, aggregated over "
+             "seeds as its description says (`metric_cells.csv`). ↑: higher is better, ↓: lower is better.")
+    if third:
+        intro += " From plugins: " + ", ".join(f"`{m}` ({info[m].origin})" if m in info else f"`{m}`"
+                                                for m in third) + "."
+    if len(groups) > MAX_ROWS:
+        sec.body = intro + (f"\n\n{len(groups):,} rows — too many to list here; every cell is in "
+                            "`metric_cells.csv`.")
+        return sec
+    rows = []
+    for (table, model, setting, metric), g in groups:
+        d = info.get(metric)
+        fmt = d.info.fmt if d is not None else ".4f"
+        label = (d.info.label + (f" {d.info.arrow}" if d.info.arrow else "")) if d is not None else metric
+        by_f = {float(r.fraction): _cell(r.value, r.std, fmt) for r in g.itertuples(index=False)}
+        rows.append([TABLE_LABELS.get(table, table), model, str(setting).replace("->", " → "), label,
+                     _stat(str(g["aggregation"].iloc[0]))] + [by_f.get(float(f), "–") for f in fractions])
+    sec.body = intro + "\n\n" + pipe_table(header, rows)
+    return sec
+
+
+def _is_builtin(origin: str) -> bool:
+    from prism_plugin.plugins import BUILTIN_ORIGIN
+
+    return origin == BUILTIN_ORIGIN
+
+
+__all__ = ["METRIC_CELLS_COLUMNS", "STEM", "metric_cells", "metric_section"]

@@ -1,0 +1,193 @@
+"""Source types come from the plugin host's registry: a plugin adds one with no core edit; unknown types
+fail with the closest names; the split of ``data/sources.py`` keeps its public names; one file hasher."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from prism_plugin.data import sources
+from prism_plugin.data.base import Pool, Source, resolve_root
+from prism_plugin.data.catalogue import accepted_options, check_source_spec, open_source, source_class
+from prism_plugin.errors import PrismError
+from prism_plugin.hookspecs import hookimpl
+from prism_plugin.plugins import PluginHost, get_host
+from prism_plugin.tasks.index import TaskIndex
+
+DATA_DIR = Path(sources.__file__).parent
+
+
+class TileListSource(Source):
+    """A third-party source: ``<root>/<split>.txt`` lists ``<image> <class>`` per line."""
+
+    type_name = "tile_list"
+    OPTIONS = frozenset({"root", "listing"})
+    REQUIRED = frozenset({"root"})
+    LAYOUT = "<root>/<split>.txt with one '<image> <class>' per line"
+
+    def __init__(self, task, root: str = "", listing: str = "{split}.txt", **options):
+        super().__init__(task, root=root, listing=listing, **options)
+        self.root = resolve_root(root, task)
+        self.listing = listing
+
+    def pool(self, name: str) -> Pool:
+        path = self.root / self.listing.format(split=name)
+        if not path.is_file():
+            raise self.missing(f"split {name!r} listing", path)
+        rows = [line.split() for line in path.read_text().splitlines() if line.strip()]
+        items = [self.root / image for image, _ in rows]
+        return Pool(items, [cls for _, cls in rows], [image for image, _ in rows], where=str(path))
+
+
+class TileListPlugin:
+    @hookimpl
+    def register_sources(self, register):
+        register("tile_list", TileListSource, description="tiles listed in text files")
+
+
+def _plugin_host() -> PluginHost:
+    return PluginHost(extra_plugins=[TileListPlugin()], third_party=False)
+
+
+def _tile_dataset(root: Path) -> None:
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 6), ("test", 4)):
+        lines = []
+        for k in range(n):
+            name = f"{split}_{k}.png"
+            Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(root / name)
+            lines.append(f"{name} {'tumour' if k % 2 else 'normal'}")
+        (root / f"{split}.txt").write_text("\n".join(lines) + "\n")
+
+
+TASK = """\
+task: tiles
+dataset: Tiles
+class_names: [normal, tumour]
+source: {{type: {kind}, root: {root}{extra}}}
+splits:
+  train: train
+  test: test
+"""
+
+
+def _write_task(tmp_path: Path, kind: str = "tile_list", extra: str = "") -> Path:
+    data = tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    _tile_dataset(data)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir(exist_ok=True)
+    (tasks / "tiles.yaml").write_text(TASK.format(kind=kind, root=data, extra=extra))
+    return tasks
+
+
+def test_a_plugin_source_type_validates_and_yields_image_splits(tmp_path):
+    tasks = _write_task(tmp_path)
+    host = _plugin_host()
+    assert host.sources.entry("tile_list").origin == "passed in code"
+    task = TaskIndex([tasks], host).load_task("tiles")
+    split = open_source(task, host=host).split("train")
+    assert isinstance(split, sources.ImageSplit)
+    assert split.labels.tolist() == [0, 1, 0, 1, 0, 1]
+    assert [p.name for p in split.paths] == [f"train_{k}.png" for k in range(6)]
+    assert np.asarray(Image.open(split.paths[0])).shape == (8, 8, 3)
+    # the shared machinery works for it: --limit keeps both classes, the fingerprint follows the content
+    limited = open_source(task, host=host).split("train", limit=2)
+    assert sorted(limited.labels.tolist()) == [0, 1] and limited.fingerprint != split.fingerprint
+    again = open_source(task, host=host).split("train")
+    assert again.fingerprint == split.fingerprint
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(split.paths[3])
+    assert open_source(task, host=host).split("train").fingerprint != split.fingerprint
+    assert accepted_options("tile_list", host) == {"root", "listing", "class_map", "drop_unmapped", "drop_classes"}
+
+
+def test_a_plugin_source_type_is_unknown_without_its_plugin(tmp_path):
+    tasks = _write_task(tmp_path)
+    with pytest.raises(PrismError) as err:
+        TaskIndex([tasks], PluginHost(third_party=False)).load_task("tiles")
+    msg = str(err.value)
+    assert "tiles.yaml:4" in msg and "source.type: 'tile_list' is not known" in msg
+    assert accepted_options("tile_list", get_host()) is None
+
+
+def test_a_plugin_source_option_typo_names_the_line_and_the_closest_option(tmp_path):
+    tasks = _write_task(tmp_path, extra=", listng: '{split}.txt'")
+    with pytest.raises(PrismError, match=r"tiles\.yaml:4: source\.listng: not a tile_list option; "
+                                         r"did you mean 'listing'\?"):
+        TaskIndex([tasks], _plugin_host()).load_task("tiles")
+
+
+def test_unknown_source_type_lists_the_closest_and_the_available_types(tmp_path):
+    tasks = _write_task(tmp_path, kind="imagefoldr")
+    with pytest.raises(PrismError) as err:
+        TaskIndex([tasks], _plugin_host()).load_task("tiles")
+    msg = str(err.value)
+    assert "tiles.yaml:4: source.type: 'imagefoldr' is not known; did you mean 'imagefolder'?" in msg
+    known = msg.split("(known: ", 1)[1].rstrip(")").split(", ")
+    assert known[-1] == "precomputed"
+    assert set(known) == {"imagefolder", "demo", "records", "h5", "npz", "hf", "camelyon17", "tile_list", "precomputed"}
+    with pytest.raises(PrismError, match=r"source\.type 'nope' is not known .*known: .*tile_list"):
+        source_class("nope", _plugin_host())
+
+
+def test_check_source_spec_takes_the_host():
+    from prism_plugin.tasks.loader import Located
+
+    located = Located({"source": {"type": "tile_list", "root": "x"}}, Path("t.yaml"), {"source.type": 3})
+    check_source_spec({"type": "tile_list", "root": "x"}, ("a", "b"), located, host=_plugin_host())
+    with pytest.raises(PrismError, match=r"t\.yaml:3: source\.type: 'tile_list' is not known"):
+        check_source_spec({"type": "tile_list", "root": "x"}, ("a", "b"), located, host=get_host())
+
+
+def test_builtin_types_are_registered_lazily_at_their_modules():
+    reg = get_host().sources
+    where = {name: reg.get(name).__module__ for name in reg.names()}
+    assert where == {"imagefolder": "prism_plugin.data.folder", "demo": "prism_plugin.data.folder",
+                     "records": "prism_plugin.data.records", "h5": "prism_plugin.data.arrays",
+                     "npz": "prism_plugin.data.arrays", "hf": "prism_plugin.data.hf",
+                     "camelyon17": "prism_plugin.data.camelyon17"}
+    assert all(issubclass(reg.get(name), Source) for name in reg.names())
+    assert not hasattr(sources, "SOURCE_TYPES")
+
+
+def test_facade_reexports_and_no_private_import_across_modules():
+    for name in sources.__all__:
+        assert getattr(sources, name) is not None, name
+    offenders = []
+    for path in sorted(DATA_DIR.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("prism_plugin"):
+                offenders += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    assert offenders == []
+
+
+# ---------------------------------------------------------------- the one file hasher
+
+def test_every_file_digest_is_the_blake2b_it_always_was(tmp_path):
+    from prism_plugin.data.precomputed import read_embedding_split
+    from prism_plugin.embed.adapter import file_content_digest
+    from prism_plugin.embed.cache import file_checksum
+    from prism_plugin.hashing import file_digest
+
+    blob = tmp_path / "weights.bin"
+    payload = np.random.default_rng(1).bytes(3 * (1 << 20) + 17)  # several chunks of any size
+    blob.write_bytes(payload)
+    assert file_checksum(blob) == hashlib.blake2b(payload, digest_size=20).hexdigest()
+    assert file_content_digest(blob) == hashlib.blake2b(payload, digest_size=20).hexdigest()
+    assert file_digest(blob) == hashlib.blake2b(payload, digest_size=16).hexdigest()
+    assert file_digest(blob, chunk=1000) == file_digest(blob)
+    # memoised per (path, size, mtime): a rewritten file is hashed again
+    blob.write_bytes(payload[:-1])
+    assert file_content_digest(blob) == hashlib.blake2b(payload[:-1], digest_size=20).hexdigest()
+
+    X, y = np.arange(12, dtype=np.float32).reshape(4, 3), np.array([0, 1, 0, 1])
+    np.save(tmp_path / "test_features.npy", X)
+    np.save(tmp_path / "test_labels.npy", y)
+    _, _, fp = read_embedding_split(tmp_path, "test")
+    digest16 = lambda p: hashlib.blake2b(p.read_bytes(), digest_size=16).hexdigest()  # noqa: E731
+    assert fp == digest16(tmp_path / "test_features.npy") + digest16(tmp_path / "test_labels.npy")[:16]

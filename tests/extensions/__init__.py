@@ -1,0 +1,1 @@
+"""End-to-end tests of third-party extensions (examples/prism-extension-example)."""
