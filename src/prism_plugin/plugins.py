@@ -43,6 +43,15 @@ BUILTIN_ORIGIN = "prism_plugin (built in)"
 #: The built-in plugins: (name, module), registered in this order before any third party. The
 #: names are what ``--disable`` takes. Order matters: ``run_metrics`` columns follow it.
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
+    # the core catalogues (registrations only): heads, sources, table kinds, task keys, metric
+    # descriptions, commands
+    ("builtin_heads", "prism_plugin.protocol.probe"),
+    ("builtin_sources", "prism_plugin.data.builtin"),
+    ("builtin_tables", "prism_plugin.tables"),
+    ("builtin_task_keys", "prism_plugin.tasks.keys"),
+    ("builtin_metrics", "prism_plugin.metrics.descriptions"),
+    ("builtin_commands", "prism_plugin.commands"),
+    # the plugins (alphabetical: the run_metrics column order of the reference-era runs.csv)
     ("adaptation", "prism_plugin.adaptation.plugin"),
     ("budget", "prism_plugin.summaries.budget"),
     ("builtin_adapters", "prism_plugin.model_adapters"),
@@ -63,15 +72,14 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("seeds", "prism_plugin.summaries.seeds"),
     ("temperature_counts", "prism_plugin.summaries.temperature_counts"),
     ("temperature_transfer", "prism_plugin.metrics.temperature_transfer"),
-    # catalogues of the core: heads, sources, table kinds, task keys, metric descriptions, commands
-    ("builtin_heads", "prism_plugin.protocol.probe"),
-    ("builtin_sources", "prism_plugin.data.builtin"),
-    ("builtin_tables", "prism_plugin.tables"),
-    ("builtin_task_keys", "prism_plugin.tasks.keys"),
-    ("builtin_metrics", "prism_plugin.metrics.descriptions"),
-    ("builtin_commands", "prism_plugin.commands"),
     ("audit", "prism_plugin.adaptation.audit_plugin"),
 )
+
+
+#: The core catalogues cannot be disabled: without them no run validates (the PRISM probe, the
+#: table kinds, the task keys, the metric descriptions of summary.json, the subcommands).
+REQUIRED_PLUGINS = frozenset({"builtin_heads", "builtin_sources", "builtin_tables", "builtin_task_keys",
+                              "builtin_metrics", "builtin_commands"})
 
 
 @dataclass(frozen=True)
@@ -167,6 +175,10 @@ class PluginHost:
         for name in sorted(self.disabled):
             if name not in known:
                 raise UnknownNameError("plugin", name, known, hint=f"from --disable / {DISABLE_ENV}")
+            if name in REQUIRED_PLUGINS and builtins is None:
+                raise PrismError(f"--disable {name}: this plugin holds a core catalogue of prism-plugin and cannot be "
+                                 "disabled; disable the plugin that registered the entry you want gone "
+                                 "(`prism-run ls plugins`)")
         for name, module in builtin_list:
             if name in self.disabled:
                 continue
@@ -202,14 +214,18 @@ class PluginHost:
             raise PrismError(f"plugin name {name!r} registered twice (second from {origin}); rename one")
         try:
             self.pm.register(plugin, name=name)
-        except pluggy.PluginValidationError as exc:
-            raise PrismError(f"plugin {name!r} ({origin}): {exc}") from None
+        except pluggy.PluginValidationError as exc:  # e.g. a hook argument the hookspec does not have
+            detail = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+            raise PrismError(f"plugin {name!r} ({origin}): {detail}; see prism_plugin/hookspecs.py for the "
+                             "hook's arguments") from None
         hooks = tuple(sorted(h.name for h in self.pm.get_hookcallers(plugin) or ()))
         self.infos[name] = PluginInfo(name=name, origin=origin, hooks=hooks)
 
     # -- load-time checks -------------------------------------------------------------------
     def check_pending(self) -> None:
-        """A function marked ``@hookimpl`` (or named like a hook but unmarked) that no hook takes is an error."""
+        """Hooks that would silently never run are errors: a function marked ``@hookimpl`` whose name is
+        no hook (``run_metric``: the closest hook is named), and a module's own function named like a
+        hook but not marked."""
         hooks = _hook_names()
         marker = f"{hookspecs.PROJECT}_impl"
         problems: list[str] = []
@@ -221,7 +237,13 @@ class PluginHost:
                     continue
                 if not callable(fn):
                     continue
-                marked = hasattr(fn, marker) or hasattr(inspect.unwrap(fn), marker) if callable(fn) else False
+                marked = hasattr(fn, marker) or hasattr(inspect.unwrap(fn), marker)
+                if (not marked and attr in hooks and inspect.ismodule(plugin)
+                        and getattr(fn, "__module__", None) == plugin.__name__):
+                    problems.append(f"plugin {name!r}: {attr}{_where(fn)} is named like the hook {attr!r} but is "
+                                    "not marked @hookimpl, so it would never run; decorate it with "
+                                    "@prism_plugin.hookimpl")
+                    continue
                 if marked and attr not in hooks:
                     close = difflib.get_close_matches(attr, hooks, n=1, cutoff=0.6)
                     where = _where(fn)

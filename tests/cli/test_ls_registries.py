@@ -77,8 +77,9 @@ def test_ls_reads_disable_before_building_the_host():
     assert "calibration" not in rows and "collapse" in rows, proc.stdout
     assert "disabled: calibration" in proc.stdout
     proc = prism_run("ls", "commands", "--disable", "builtin_commands")
-    # without the built-in commands plugin even `ls` is gone: the registry decides what a subcommand is
-    assert proc.returncode == 2 and "unknown command 'ls'" in proc.stderr
+    # the core catalogues (here: the built-in subcommands) cannot be switched off
+    assert proc.returncode == 2 and "--disable builtin_commands: this plugin holds a core catalogue" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_listing_adapters_imports_no_deep_learning_library():

@@ -84,6 +84,12 @@ def test_every_catalogue_is_filled_by_its_hook():
     assert host.head_traits("knn1")["linear"] is False
 
 
+@pytest.mark.parametrize("core", ["builtin_heads", "builtin_metrics", "builtin_commands", "builtin_task_keys"])
+def test_the_core_catalogues_cannot_be_disabled(core):
+    with pytest.raises(PrismError, match=f"--disable {core}: this plugin holds a core catalogue"):
+        PluginHost(disable=[core], third_party=False)
+
+
 def test_a_disabled_builtin_removes_its_entries():
     host = PluginHost(disable=["mlp_head"], third_party=False)
     assert "mlp" not in host.registry("heads")
@@ -202,3 +208,82 @@ def test_hook_tracing_from_the_environment(run_cli):
     proc = run_cli("ls", "tasks", env={"PRISM_TRACE_HOOKS": "1"})
     assert proc.returncode == 0, proc.stderr
     assert "prism-run: trace:" in proc.stderr and "task_paths" in proc.stderr
+
+
+@pytest.mark.parametrize("source,expected", [
+    ("@hookimpl\ndef report_section(view):\n    return None\n", "did you mean 'report_sections'?"),
+    ("@hookimpl\ndef register_adapter(register):\n    pass\n", "did you mean 'register_adapters'?"),
+    ("@hookimpl\ndef registerheads(register):\n    pass\n", "did you mean 'register_heads'?"),
+    ("def run_metrics(run):\n    return {'x': 1.0}\n", "named like the hook 'run_metrics' but is not marked @hookimpl"),
+    ("class Holder:\n    @hookimpl\n    def summarise(self, tables, options):\n        return None\n"
+     "holder = Holder()\n", "did you mean 'summarize'?"),
+])
+def test_hooks_that_would_never_run_fail_at_start(tmp_path, monkeypatch, source, expected):
+    name = f"never_runs_{abs(hash(source)) % 10**8}"
+    (tmp_path / f"{name}.py").write_text("from prism_plugin import hookimpl\n\n\n" + source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = __import__(name)
+    target = getattr(module, "holder", module)
+    with pytest.raises(PrismError, match=expected.replace("(", r"\(").replace("?", r"\?")):
+        PluginHost(extra_plugins=[target], third_party=False)
+
+
+def test_a_hook_with_wrong_argument_names_is_refused_naming_the_plugin():
+    bad = plugin("wrong_args", run_metrics=lambda ctx: {"x": 1.0})
+    with pytest.raises(PrismError, match=r"plugin 'wrong_args' \(passed in code\).*ctx"):
+        PluginHost(extra_plugins=[bad], third_party=False)
+
+
+def test_a_broken_third_party_fails_in_one_line_through_the_cli(tmp_path):
+    """A misspelled hook in an installed package stops prism-run at start with one line."""
+    from tests.conftest import pip_install_target, prism_run
+
+    pkg = tmp_path / "typo-pkg"
+    (pkg / "typo_pkg").mkdir(parents=True)
+    (pkg / "typo_pkg" / "__init__.py").write_text(
+        "from prism_plugin import hookimpl\n\n\n@hookimpl\ndef run_metric(run):\n    return {'x': 1.0}\n")
+    (pkg / "pyproject.toml").write_text(textwrap.dedent("""\
+        [build-system]
+        requires = ["setuptools>=69"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "typo-pkg"
+        version = "0.0.1"
+
+        [project.entry-points.prism_plugin]
+        typo = "typo_pkg"
+        """))
+    env = pip_install_target(pkg, tmp_path / "install")
+    proc = prism_run("ls", "plugins", env={"PYTHONPATH": env["PYTHONPATH"]})
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "plugin 'typo': run_metric" in lines[0] and "did you mean 'run_metrics'?" in lines[0]
+
+
+@pytest.mark.parametrize("seed_invariant,fits", [(True, 1), (False, 3)])
+def test_the_seed_invariant_trait_decides_fit_reuse_for_a_plugin_head(seed_invariant, fits):
+    """At 100 % labels the three seeds draw the same subset: a seed-invariant head is fitted once."""
+    from prism_plugin.protocol.grid import GridSpec, run_grid
+    from prism_plugin.protocol.inputs import SplitArrays
+    from prism_plugin.protocol.probe import LogisticProbe
+
+    count = {"fits": 0}
+
+    class CountingHead(LogisticProbe):
+        def fit(self, X, y):
+            count["fits"] += 1
+            return super().fit(X, y)
+
+    def register_heads(register):
+        register("counting", CountingHead, seed_invariant=seed_invariant, linear=True)
+
+    host = PluginHost(extra_plugins=[plugin("counting_head", register_heads=register_heads)], third_party=False)
+    rng = np.random.default_rng(1)
+    y = np.repeat([0, 1], 30)
+    X = (rng.normal(size=(60, 5)) + y[:, None]).astype(np.float32)
+    split = SplitArrays(X, y, name="s")
+    rows = run_grid(split, split, split, 2, GridSpec(fractions=(1.0,), probe={"kind": "counting"}), host,
+                    {"task": "t", "adapter": "a", "model": "m", "dataset": "d"})
+    assert len(rows) == 3 and count["fits"] == fits
+    assert len({row["auroc"] for row in rows.values()}) == 1

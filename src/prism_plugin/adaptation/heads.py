@@ -277,6 +277,7 @@ class CentroidHead(_Base):
 
 
 def cosine_centroid(seed: int = 0, **settings) -> CentroidHead:
+    """Nearest class mean by cosine similarity (the ``centroid`` head with ``cosine=True``)."""
     head = CentroidHead(seed=seed, cosine=True, **settings)
     head.kind = "centroid_cos"
     return head

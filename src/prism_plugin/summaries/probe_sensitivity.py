@@ -81,6 +81,7 @@ def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
             df = pd.read_csv(f)
         except Exception:  # an unreadable table is skipped; the summary notes what it used
             continue
+        df = df.copy()  # consolidate the wide table (one block per dtype) before adding columns
         df["results_dir"] = str(f.parent)
         probe: Mapping[str, Any] = {}
         summary = f.parent / "summary.json"
