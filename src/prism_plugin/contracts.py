@@ -181,15 +181,6 @@ class RunContext:
 
 # -- per-run tables and summaries ---------------------------------------------------------
 
-def _table_kinds(host=None):
-    """The table-kind registry of ``host`` (default: the shared host)."""
-    if host is None:
-        from prism_plugin.plugins import get_host
-
-        host = get_host()
-    return host.tables
-
-
 class RunTables:
     """The per-run tables a summary may read, by table kind; an absent kind reads as ``None``.
 
@@ -236,30 +227,9 @@ class RunTables:
         Files that are absent leave their table ``None`` unless named in
         ``required``; a file that is present but malformed is an error naming it.
         """
-        directory = Path(directory)
-        if not directory.is_dir():
-            raise PrismError(
-                f"reference directory {directory} does not exist; pass --reference DIR "
-                "with a results_v2 layout (e.g. indomain_all_v2.csv, ood_all_v2.csv)"
-            )
-        kinds = _table_kinds(host)
-        out: dict[str, pd.DataFrame] = {}
-        for key in kinds:
-            kind = kinds.get(key)
-            path = directory / kind.file
-            if not path.exists():
-                if key in required:
-                    raise PrismError(f"reference directory {directory} lacks {kind.file}")
-                continue
-            from prism_plugin.tables import read_run_table
+        from prism_plugin.tables import tables_from_reference_dir
 
-            out[key] = read_run_table(path, kind.required_columns)
-        if not out:
-            raise PrismError(
-                f"reference directory {directory} holds none of "
-                + ", ".join(kinds.get(k).file for k in kinds)
-            )
-        return cls(out)
+        return tables_from_reference_dir(directory, required=required, host=host)
 
 
 @dataclass

@@ -284,32 +284,24 @@ class PluginHost:
         :attr:`HookResult.failure` for the caller to show. ``only`` restricts to named plugins.
         """
         wanted = None if only is None else set(only)
-        out: list[HookResult] = []
-        for plugin in self.implementations(hook):
-            if wanted is not None and plugin not in wanted:
-                continue
-            caller = self._caller(hook, plugin)
-            if self._trace is not None:
-                self._trace(f"{hook} -> plugin {plugin}{f' ({context})' if context else ''}\n")
-            try:
-                values = caller(**kwargs)
-            except PrismError as exc:
-                if strict or isinstance(exc, PluginFailure):
-                    raise
-                out.append(HookResult(plugin, None, PluginFailure(plugin, hook, exc, context)))
-                continue
-            except Exception as exc:
-                failure = PluginFailure(plugin, hook, exc, context)
-                if strict:
-                    raise failure from exc
-                out.append(HookResult(plugin, None, failure))
-                continue
-            out.append(HookResult(plugin, values[0] if values else None))
-        return out
+        return [self._call_one(hook, plugin, strict, context, kwargs) for plugin in self.implementations(hook)
+                if wanted is None or plugin in wanted]
 
-    @property
-    def hook(self):
-        return self.pm.hook
+    def _call_one(self, hook: str, plugin: str, strict: bool, context: str, kwargs: dict[str, Any]) -> HookResult:
+        if self._trace is not None:
+            self._trace(f"{hook} -> plugin {plugin}{f' ({context})' if context else ''}\n")
+        try:
+            values = self._caller(hook, plugin)(**kwargs)
+        except PrismError as exc:
+            if strict or isinstance(exc, PluginFailure):
+                raise
+            return HookResult(plugin, None, PluginFailure(plugin, hook, exc, context))
+        except Exception as exc:
+            failure = PluginFailure(plugin, hook, exc, context)
+            if strict:
+                raise failure from exc
+            return HookResult(plugin, None, failure)
+        return HookResult(plugin, values[0] if values else None)
 
     def origin(self, plugin: str) -> str:
         info = self.infos.get(plugin)
@@ -326,9 +318,10 @@ class PluginHost:
                                      prefixes=spec.prefixes)
             self._registries[name] = reg  # visible to re-entrant lookups while filling
             try:
-                for hook in spec.hooks:
+                for hook in spec.hooks:  # each plugin gets a registrar that records it as the origin
                     for plugin in self.implementations(hook):
-                        self.call(hook, only=[plugin], register=spec.registrar(reg, self.origin(plugin), plugin))
+                        registrar = spec.registrar(reg, self.origin(plugin), plugin)
+                        self._call_one(hook, plugin, True, "", {"register": registrar})
                 if name == "adapters":
                     self._adapter_entry_points(reg)
             except BaseException:
@@ -383,9 +376,6 @@ class PluginHost:
                 out[key] = AdapterEntry(key, _loader(e), e.origin, e.description)
         return out
 
-    def adapter_entry(self, name: str) -> Entry:
-        return self.registry("adapters").entry(name)
-
     def adapter_factory(self, name: str) -> AdapterEntry:
         entry = self.registry("adapters").entry(name)
         return AdapterEntry(entry.name, _loader(entry), entry.origin, entry.description)
@@ -422,6 +412,11 @@ def _where(fn: Any) -> str:
 _DEFAULT: dict[frozenset, PluginHost] = {}
 
 
+def host_or_shared(host: PluginHost | None = None) -> PluginHost:
+    """``host``, or the shared host (:func:`get_host`) when ``None``: the default of every ``host=`` argument."""
+    return get_host() if host is None else host
+
+
 def get_host(disable: Iterable[str] = ()) -> PluginHost:
     """A cached host for this set of disabled plugins."""
     key = frozenset(disable) | frozenset(disabled_from_env())
@@ -431,4 +426,4 @@ def get_host(disable: Iterable[str] = ()) -> PluginHost:
 
 
 __all__ = ["CATALOGUES", "DEFAULT_PLUGINS", "HookResult", "PluginFailure", "PluginHost", "PluginInfo",
-           "get_host"]
+           "get_host", "host_or_shared"]

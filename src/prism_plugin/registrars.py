@@ -70,6 +70,16 @@ class SourceRegistrar(Registrar):
         self._add(type, source_class, description=description, aliases=aliases)
 
 
+class _NoAdaptStep:
+    """The object of an analysis or diagnostic entry: a name a plugin computes itself, no adapt step."""
+
+    def __repr__(self) -> str:
+        return "<no adapt step>"
+
+
+NO_ADAPT_STEP = _NoAdaptStep()
+
+
 class AdaptationRegistrar(Registrar):
     def __call__(self, name: str, method: Any = None, *, role: str = "method", default: bool = True,
                  description: str = "", aliases: Iterable[str] = (), needs_labels: bool = False) -> None:
@@ -82,8 +92,13 @@ class AdaptationRegistrar(Registrar):
         if "__" in name or not name.replace("_", "").isalnum():
             raise PrismError(f"adaptation {name!r} (from {self.origin}): use letters, digits and single underscores "
                              "(the name becomes part of column names)")
-        self._add(name, method if method is not None else role, description=description, aliases=aliases,
+        self._add(name, method if method is not None else NO_ADAPT_STEP, description=description, aliases=aliases,
                   role=role, default=bool(default), needs_labels=bool(needs_labels))
+
+
+#: columns that identify one run (duplicates across results directories are an error); ``probe``
+#: tells apart the same model audited with two heads
+DEFAULT_KEY_COLUMNS = ("model", "dataset", "src", "tgt", "pair", "hospital", "probe", "fraction", "seed")
 
 
 @dataclass(frozen=True)
@@ -95,10 +110,7 @@ class TableKind:
     required_columns: tuple[str, ...]
     renames: Mapping[str, str] = field(default_factory=dict)
     drops: tuple[str, ...] = ()
-    #: columns that identify one run (duplicates across results directories are an error); ``probe``
-    #: tells apart the same model audited with two heads
-    key_columns: tuple[str, ...] = ("model", "dataset", "src", "tgt", "pair", "hospital", "probe", "fraction",
-                                    "seed")
+    key_columns: tuple[str, ...] = DEFAULT_KEY_COLUMNS
     description: str = ""
 
 
@@ -109,8 +121,7 @@ class TableRegistrar(Registrar):
         if not file.endswith(".csv") or "/" in file or "\\" in file:
             raise PrismError(f"table kind {name!r} (from {self.origin}): file must be a plain '<stem>.csv' name")
         kind = TableKind(name, file, tuple(required_columns), dict(renames or {}), tuple(drops),
-                         tuple(key_columns) if key_columns is not None else TableKind.__dataclass_fields__[
-                             "key_columns"].default, description)
+                         DEFAULT_KEY_COLUMNS if key_columns is None else tuple(key_columns), description)
         self._add(name, kind, description=description)
 
 
@@ -127,7 +138,10 @@ class TaskKeyContext:
     file: str = ""
     #: the task's own protocol settings builder, for keys that nest task keys (``sweep``)
     settings: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: the plugin host validating the task (its registries: e.g. adaptation method names)
+    host: Any = None
+    #: the schema's checker (``where(key)`` gives file:line), for validators that report nested keys
+    checker: Any = None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from prism_plugin.errors import PrismError, UnknownNameError
 
@@ -117,9 +117,7 @@ class Registry(Generic[T]):
     def _owner(self, key: str) -> Entry[T] | None:
         if key in self._entries:
             return self._entries[key]
-        if key in self._aliases:
-            return self._entries[self._aliases[key]]
-        return None
+        return self._entries[self._aliases[key]] if key in self._aliases else None
 
     def _validate(self, entry: Entry, obj: Any) -> None:
         if self.base is not None:
@@ -132,17 +130,25 @@ class Registry(Generic[T]):
             self._check(entry, obj)
 
     # -- reading ----------------------------------------------------------------------------
-    def resolve(self, name: str) -> str:
-        """The canonical name of ``name`` (an alias or a family prefix resolves to its entry)."""
+    def _canonical(self, name: object) -> str | None:
+        if not isinstance(name, str):
+            return None
         if name in self._entries:
             return name
         if name in self._aliases:
             return self._aliases[name]
-        if self.prefixes and isinstance(name, str) and ":" in name:
+        if self.prefixes and ":" in name:
             prefix = name.split(":", 1)[0] + ":"
             if prefix in self._entries:
                 return prefix
-        raise UnknownNameError(self.kind, str(name), self.names(with_aliases=True), hint=self.hint)
+        return None
+
+    def resolve(self, name: str) -> str:
+        """The canonical name of ``name`` (an alias or a family prefix resolves to its entry)."""
+        canonical = self._canonical(name)
+        if canonical is None:
+            raise UnknownNameError(self.kind, str(name), self.names(with_aliases=True), hint=self.hint)
+        return canonical
 
     def entry(self, name: str) -> Entry[T]:
         return self._entries[self.resolve(name)]
@@ -157,11 +163,7 @@ class Registry(Generic[T]):
         return obj
 
     def __contains__(self, name: object) -> bool:
-        try:
-            self.resolve(name)  # type: ignore[arg-type]
-        except (UnknownNameError, TypeError):
-            return False
-        return True
+        return self._canonical(name) is not None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
@@ -176,15 +178,9 @@ class Registry(Generic[T]):
     def entries(self) -> list[Entry[T]]:
         return list(self._entries.values())
 
-    def items(self) -> list[tuple[str, Entry[T]]]:
-        return list(self._entries.items())
-
     def meta(self, name: str, key: str, default: Any = None) -> Any:
+        """One trait of an entry (``heads.meta("logistic", "seed_invariant")``)."""
         return self.entry(name).meta.get(key, default)
-
-    def as_dict(self) -> Mapping[str, T]:
-        """``{name: object}`` (loads every entry)."""
-        return {name: self.get(name) for name in self._entries}
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"Registry({self.kind!r}, {len(self)} entries)"

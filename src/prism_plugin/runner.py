@@ -19,6 +19,7 @@ import pandas as pd
 
 from prism_plugin.embed.load import load_embeddings, transfer_embeddings
 from prism_plugin.errors import PrismError
+from prism_plugin.metrics.descriptions import metric_infos
 from prism_plugin.protocol.grid import GridSpec, RunKey, grid_keys, run_grid
 from prism_plugin.protocol.inputs import check_splits
 from prism_plugin.results import ResultsDir, cell_stats, rows_to_frame
@@ -78,11 +79,6 @@ def metric_plugins(host) -> dict[str, str]:
             out[plugin] = host.origin(plugin)
     return dict(sorted(out.items()))
 
-
-def summary_metrics(host) -> list:
-    """The metric descriptions whose cells summary.json holds (``register_metrics`` with summary=True)."""
-    reg = host.metrics
-    return [reg.get(name) for name in reg if reg.get(name).summary]
 
 
 def fingerprint_parts(task: TaskConfig, adapter, emb_info: dict[str, Any], host=None) -> dict[str, Any]:
@@ -226,7 +222,7 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
         "adapter": adapter.describe(),
         "resolved_task": task.resolved(),
         "n_runs": len(rows),
-        "cells": cell_stats(runs, ["model", *columns], summary_metrics(host)),
+        "cells": cell_stats(runs, ["model", *columns], metric_infos(host, "summary")),
         "collapsed_fractions": collapsed,
         "reused_cells": reused,
         "stale_cells": stale,

@@ -15,6 +15,7 @@ import pandas as pd
 from prism_plugin.contracts import RunTables, SummaryOutput  # noqa: F401  (SummaryOutput re-exported)
 from prism_plugin.errors import PrismError, suggest
 from prism_plugin.hookspecs import hookimpl
+from prism_plugin.plugins import host_or_shared
 
 #: The built-in per-run table kinds (registered through ``register_tables``): file name in the
 #: results_v2 layout and the columns that must be present for the summaries to read it.
@@ -75,13 +76,34 @@ def find_runs_files(paths) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def _table_kinds(host=None):
-    """The table-kind registry of ``host`` (default: the shared host)."""
-    if host is None:
-        from prism_plugin.plugins import get_host
+def tables_from_reference_dir(directory: str | Path, *, required: tuple[str, ...] = (), host=None) -> RunTables:
+    """Read a directory with the published results_v2 layout: one file per table kind.
 
-        host = get_host()
-    return host.tables
+    Files that are absent leave their table ``None`` unless named in ``required``; a file that is
+    present but malformed is an error naming it.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise PrismError(
+            f"reference directory {directory} does not exist; pass --reference DIR "
+            "with a results_v2 layout (e.g. indomain_all_v2.csv, ood_all_v2.csv)"
+        )
+    kinds = host_or_shared(host).tables
+    out: dict[str, pd.DataFrame] = {}
+    for key in kinds:
+        kind = kinds.get(key)
+        path = directory / kind.file
+        if not path.exists():
+            if key in required:
+                raise PrismError(f"reference directory {directory} lacks {kind.file}")
+            continue
+        out[key] = read_run_table(path, kind.required_columns)
+    if not out:
+        raise PrismError(
+            f"reference directory {directory} holds none of "
+            + ", ".join(kinds.get(k).file for k in kinds)
+        )
+    return RunTables(out)
 
 
 def tables_from_results(paths, host=None) -> RunTables:
@@ -91,7 +113,7 @@ def tables_from_results(paths, host=None) -> RunTables:
     belongs to; columns are renamed to that table's schema. Rows of probe
     sweeps (``sweep_key`` set) are left out: ``prism-run sensitivity`` reads them.
     """
-    kinds = _table_kinds(host)
+    kinds = host_or_shared(host).tables
     parts: dict[str, list[pd.DataFrame]] = {}
     swept = 0
     for file in find_runs_files(paths):

@@ -287,3 +287,12 @@ def test_the_seed_invariant_trait_decides_fit_reuse_for_a_plugin_head(seed_invar
                     {"task": "t", "adapter": "a", "model": "m", "dataset": "d"})
     assert len(rows) == 3 and count["fits"] == fits
     assert len({row["auroc"] for row in rows.values()}) == 1
+
+
+def test_analysis_entries_carry_no_adapt_step_and_never_import_anything():
+    from prism_plugin.registrars import NO_ADAPT_STEP
+
+    reg = PluginHost(third_party=False).registry("adaptation")
+    for name in ("calibration", "selectors", "decodability", "projection"):
+        entry = reg.entry(name)
+        assert not entry.lazy and reg.get(name) is NO_ADAPT_STEP and entry.meta["role"] != "method"

@@ -44,10 +44,9 @@ Fail = Callable[[str, str], Exception]
 
 def registry(host=None):
     """The adaptation registry of ``host`` (default: the shared plugin host)."""
-    if host is None:
-        from prism_plugin.plugins import get_host
+    from prism_plugin.plugins import host_or_shared
 
-        host = get_host()
+    host = host_or_shared(host)
     return host.adaptation
 
 

@@ -84,10 +84,9 @@ def register_adaptation(register) -> None:
 def _host(run):
     """The plugin host that runs this grid (``run.host``), else the shared one."""
     host = getattr(run, "host", None)
-    if host is None:
-        from prism_plugin.plugins import get_host
+    from prism_plugin.plugins import host_or_shared
 
-        host = get_host()
+    host = host_or_shared(host)
     return host
 
 

@@ -332,10 +332,9 @@ def adapt(method: str, X: np.ndarray, inputs: AdaptationInputs, *, base_proba: n
     """
     from prism_plugin.errors import PrismError
 
-    if host is None:
-        from prism_plugin.plugins import get_host
+    from prism_plugin.plugins import host_or_shared
 
-        host = get_host()
+    host = host_or_shared(host)
     registry = host.adaptation
     entry = registry.entry(method)
     role = entry.meta.get("role", "method")

@@ -22,10 +22,9 @@ FEATURES_ONLY = "precomputed"
 
 
 def _sources(host=None):
-    if host is None:
-        from prism_plugin.plugins import get_host
+    from prism_plugin.plugins import host_or_shared
 
-        host = get_host()
+    host = host_or_shared(host)
     return host.sources
 
 

@@ -68,10 +68,9 @@ def described_metrics(host=None, use: str | None = None) -> list[DescribedMetric
     """
     if use is not None and use not in USES:
         raise ValueError(f"use must be one of {', '.join(USES)}, got {use!r}")
-    if host is None:
-        from prism_plugin.plugins import get_host
+    from prism_plugin.plugins import host_or_shared
 
-        host = get_host()
+    host = host_or_shared(host)
     reg = host.metrics
     out = []
     for entry in reg.entries():

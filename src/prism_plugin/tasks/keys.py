@@ -16,7 +16,7 @@ from prism_plugin.registrars import TaskKeyContext
 def _adaptation(value: Any, ctx: TaskKeyContext):
     from prism_plugin.adaptation.config import check_adaptation
 
-    return check_adaptation(value, ctx.fail, host=ctx.extra.get("host"))
+    return check_adaptation(value, ctx.fail, host=ctx.host)
 
 
 def _priors(value: Any, ctx: TaskKeyContext):
@@ -30,8 +30,7 @@ def _priors(value: Any, ctx: TaskKeyContext):
 def _sweep(value: Any, ctx: TaskKeyContext):
     from prism_plugin.tasks.sweep import parse_sweep
 
-    checker = ctx.extra["checker"]
-    return parse_sweep(dict(ctx.data), checker, lambda variant: ctx.settings(variant)["probe"])
+    return parse_sweep(dict(ctx.data), ctx.checker, lambda variant: ctx.settings(variant)["probe"])
 
 
 @hookimpl

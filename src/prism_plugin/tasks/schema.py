@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from prism_plugin.errors import PrismError, suggest
+from prism_plugin.registrars import TASK_KINDS
 from prism_plugin.protocol.grid import DEFAULT_FRACTIONS, DEFAULT_SEEDS
 from prism_plugin.tasks.loader import Located
 
-TASK_KINDS = ("indomain", "transfer")
 SPLIT_NAMES = ("train", "val", "test")
 MAX_SEED = 2**32 - 1
 
@@ -106,8 +106,10 @@ class TaskConfig:
 
 
 class _Checker:
-    def __init__(self, located: Located):
+    def __init__(self, located: Located, host):
         self.loc = located
+        #: the plugin host whose registries (task keys, sources, table kinds) validate the task
+        self.host = host
 
     def fail(self, key: str, message: str) -> PrismError:
         exc = PrismError(f"{self.loc.where(key)}: {key}: {message}")
@@ -160,20 +162,15 @@ class _Checker:
 ATTRIBUTE_KEYS = ("adaptation", "priors", "sweep")
 
 
-def _task_keys(host=None):
-    if host is None:
-        from prism_plugin.plugins import get_host
-
-        host = get_host()
-    return host.task_keys
-
-
 def build_task(located: Located, host=None) -> TaskConfig:
-    """Validate a resolved YAML mapping (includes applied) into a TaskConfig."""
+    """Validate a resolved YAML mapping (includes applied) into a TaskConfig (``host``: whose registries
+    validate it; default the shared plugin host)."""
+    from prism_plugin.plugins import host_or_shared
+
+    host = host_or_shared(host)
     d = located.data
-    c = _Checker(located)
-    c.host = host
-    c.unknown(d, CORE_KEYS | set(_task_keys(host).names()))
+    c = _Checker(located, host)
+    c.unknown(d, CORE_KEYS | set(host.task_keys.names()))
     kind = d.get("kind", "indomain")
     if kind not in TASK_KINDS:
         raise c.fail("kind", f"must be one of {', '.join(TASK_KINDS)}, got {kind!r}{suggest(str(kind), TASK_KINDS)}")
@@ -318,9 +315,7 @@ def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
         isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool) for k, v in columns.items()
     ):
         raise c.fail("columns", "must map column names to plain values, e.g. {hospital: 0}")
-    from prism_plugin.plugins import get_host
-
-    host = getattr(c, "host", None) or get_host()
+    host = c.host
     table = d.get("reference_table", "")
     if table and table not in host.tables:
         kinds = host.tables.names()
@@ -350,7 +345,7 @@ def _plugin_keys(d: dict, c: _Checker, host, n_classes: int) -> dict[str, Any]:
     ctx = TaskKeyContext(fail=c.fail, data=d, n_classes=n_classes,
                          class_names=tuple(d.get("class_names") or ()) if isinstance(d.get("class_names"), list) else (),
                          kind=kind, file=str(c.loc.file), settings=lambda variant: _protocol_settings(variant, c, n_classes),
-                         extra={"checker": c, "host": host})
+                         host=host, checker=c)
     attrs: dict[str, Any] = {}
     extras: dict[str, Any] = {}
     for name in host.task_keys:
@@ -371,7 +366,6 @@ def _plugin_keys(d: dict, c: _Checker, host, n_classes: int) -> dict[str, Any]:
         else:
             value = spec.default
         (attrs if name in ATTRIBUTE_KEYS else extras)[name] = value
-    attrs.setdefault("sweep", {})
     return {**attrs, "extras": extras}
 
 
