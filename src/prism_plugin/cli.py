@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
+from prism_plugin.commands.model_args import add_model_options, model_specs
 from prism_plugin.errors import PrismError
 
 PROG = "prism-run"
@@ -30,10 +31,6 @@ def _one_line_warnings() -> None:
         print(f"{PROG}: warning: {text}", file=sys.stderr)
 
     warnings.showwarning = show
-
-
-from prism_plugin.commands.model_args import (  # noqa: E402,F401  (re-exported: the --model/--model-args forms)
-    AMBIGUOUS, ModelOrder, model_specs, parse_model_args, split_model)
 
 
 # --------------------------------------------------------------------------- parsers
@@ -55,22 +52,31 @@ DESCRIPTION = ("Run the PRISM reliability protocol: task -> embeddings (cached) 
                "options).")
 
 
+class _MainParser(argparse.ArgumentParser):
+    """The main job's parser: the subcommand list (its epilog) is built only when help is printed."""
+
+    def __init__(self, *args: Any, host=None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._host = host
+
+    def format_help(self) -> str:
+        if self._host is not None and self.epilog is None:
+            self.epilog = _commands_epilog(self._host)
+        return super().format_help()
+
+
 def main_parser(host=None) -> argparse.ArgumentParser:
     """The main job's parser; its help lists every registered subcommand (when ``host`` is given)."""
-    p = argparse.ArgumentParser(
-        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=textwrap.fill(DESCRIPTION, 100),
-        epilog=_commands_epilog(host) if host is not None else None,
-    )
+    p = _MainParser(prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                    description=textwrap.fill(DESCRIPTION, 100), host=host)
     p.add_argument("--task", action="append", required=True, metavar="TASK",
                    help="task name (see `prism-run ls tasks`) or a task YAML file; repeatable")
-    p.add_argument("--model", action=ModelOrder, required=True, metavar="ADAPTER",
-                   help="adapter name (see `prism-run ls adapters`), e.g. demo_vit, timm:vit_small_patch16_224, "
-                        "precomputed; repeatable; options in brackets: --model 'demo_vit[pooling=mean]'")
-    p.add_argument("--model-args", action=ModelOrder, metavar="K=V[,K=V]",
-                   help="options of the --model before it, e.g. pretrained=false,pooling=cls or "
-                        "root=/data/embeddings/uni (--model A --model-args k=v --model B --model-args k=w); "
-                        "with a single --model they may stand anywhere")
+    add_model_options(
+        p, "adapter name (see `prism-run ls adapters`), e.g. demo_vit, timm:vit_small_patch16_224, "
+           "precomputed; repeatable; options in brackets: --model 'demo_vit[pooling=mean]'",
+        "options of the --model before it, e.g. pretrained=false,pooling=cls or "
+        "root=/data/embeddings/uni (--model A --model-args k=v --model B --model-args k=w); "
+        "with a single --model they may stand anywhere")
     p.add_argument("--output", type=Path, default=None, metavar="DIR",
                    help="results directory (default: prism_results/<task>/<model>)")
     p.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
@@ -128,62 +134,52 @@ def _parser_help(host, name: str) -> str:
 class CommandFailure(PrismError):
     """A subcommand's ``add_parser`` or ``run`` raised (not a PrismError): names the command and its plugin."""
 
-    def __init__(self, command: str, plugins: Sequence[str], origin: str, stage: str, exc: BaseException):
-        who = "/".join(plugins) or "?"
-        disable = f", or --disable {plugins[0]}" if len(plugins) == 1 else ""
-        super().__init__(f"command {command!r} (plugin {who!r}, from {origin}) failed in {stage}: "
-                         f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback{disable})")
-        self.command, self.plugins, self.original = command, tuple(plugins), exc
+    def __init__(self, entry, stage: str, exc: BaseException):
+        plugin = entry.plugin  # recorded by the CommandRegistrar for every command
+        super().__init__(f"command {entry.name!r} (plugin {plugin!r}, from {entry.origin}) failed in {stage}: "
+                         f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback, or --disable {plugin})")
+        self.command, self.plugin, self.original = entry.name, plugin, exc
 
 
-def _plugins_of(host, entry) -> list[str]:
-    """The plugin that registered ``entry`` (recorded by its registrar)."""
-    if entry.plugin:
-        return [entry.plugin]
-    impl = set(host.implementations("register_commands"))
-    return [name for name, info in host.infos.items() if name in impl and info.origin == entry.origin]
+def _calling(entry, stage: str, debug: bool, call, *args: Any):
+    """``call(*args)``; an exception other than bad input (PrismError) or Ctrl-C becomes a
+    :class:`CommandFailure` naming the command, unless ``--debug`` (then it propagates unchanged)."""
+    try:
+        return call(*args)
+    except (PrismError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        if debug:
+            raise
+        raise CommandFailure(entry, stage, exc) from exc
 
 
-class _Subparsers:
-    """What a command's ``add_parser`` receives: argparse's subparsers, with the registered help as default."""
-
-    def __init__(self, action, help_text: str):
-        self._action = action
-        self._help = help_text
-
-    def add_parser(self, name, **kwargs):
-        if self._help and "help" not in kwargs:
-            kwargs["help"] = self._help
-        return self._action.add_parser(name, **kwargs)
-
-    def __getattr__(self, attr):
-        return getattr(self._action, attr)
+def _check_command(command: Any) -> None:
+    if not callable(getattr(command, "add_parser", None)) or not callable(getattr(command, "run", None)):
+        raise TypeError(f"{type(command).__name__} {getattr(command, '__name__', command)!r} needs "
+                        "add_parser(subparsers) and run(args)")
 
 
-def command_parser(host, name: str, *, debug: bool = False) -> tuple[argparse.ArgumentParser, Any]:
-    """The parser of ``prism-run NAME`` and the command object (``add_parser`` + ``run``)."""
+def _add_command_parser(subparsers, command: Any) -> None:
+    _check_command(command)
+    command.add_parser(subparsers)
+
+
+def command_parser(host, name: str, *, debug: bool = False) -> tuple[argparse.ArgumentParser, Any, Any]:
+    """The parser of ``prism-run NAME``, the command's registry entry and the command object
+    (``add_parser`` + ``run``)."""
     reg = host.commands
     entry = reg.entry(name)
     command = reg.get(entry.name)  # imports a lazy module; an import failure names the plugin
     p = argparse.ArgumentParser(prog=PROG)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    try:
-        if not callable(getattr(command, "add_parser", None)) or not callable(getattr(command, "run", None)):
-            raise TypeError(f"{type(command).__name__} {getattr(command, '__name__', command)!r} needs "
-                            "add_parser(subparsers) and run(args)")
-        command.add_parser(_Subparsers(sub, entry.description))
-    except PrismError:
-        raise
-    except Exception as exc:
-        if debug:
-            raise
-        raise CommandFailure(entry.name, _plugins_of(host, entry), entry.origin, "add_parser", exc) from exc
+    _calling(entry, "add_parser", debug, _add_command_parser, sub, command)
     if entry.name not in sub.choices:
         raise PrismError(f"command {entry.name!r} (from {entry.origin}): add_parser(subparsers) must call "
                          f"subparsers.add_parser({entry.name!r}, ...); it added "
                          f"{', '.join(map(repr, sub.choices)) or 'nothing'}")
     _common(sub.choices[entry.name])
-    return p, command
+    return p, entry, command
 
 
 def disabled_in(argv: Sequence[str]) -> list[str]:
@@ -239,18 +235,10 @@ def _dispatch(argv: list[str], host, debug: bool) -> int:
     first = argv[0] if argv else ""
     if first and not first.startswith("-"):
         name = host.commands.resolve(first)  # unknown: "unknown command 'lss'; did you mean 'ls'?"
-        parser, command = command_parser(host, name, debug=debug)
+        parser, entry, command = command_parser(host, name, debug=debug)
         args = parser.parse_args([name, *argv[1:]])
         setattr(args, HOST_ATTR, host)
-        entry = host.commands.entry(name)
-        try:
-            return command.run(args)
-        except (PrismError, KeyboardInterrupt):
-            raise
-        except Exception as exc:
-            if debug:
-                raise
-            raise CommandFailure(entry.name, _plugins_of(host, entry), entry.origin, "run", exc) from exc
+        return _calling(entry, "run", debug, command.run, args)
     args = main_parser(host).parse_args(argv)
     args.models = model_specs(args.model_order)
     setattr(args, HOST_ATTR, host)

@@ -371,13 +371,12 @@ class ReportView:
 
     def source_summaries(self) -> list[dict[str, Any]]:
         """``summary.json`` of every source results directory (those that have one)."""
+        from prism_plugin.results import summary_dirs
+
         out = []
-        for src in self.sources:
-            direct = src / "summary.json"
-            files = [direct] if direct.exists() else sorted(src.rglob("summary.json")) if src.is_dir() else []
-            for f in files:
-                try:
-                    out.append(json.loads(f.read_text()))
-                except (OSError, ValueError):
-                    continue
+        for folder in summary_dirs(self.sources):
+            try:
+                out.append(json.loads((folder / "summary.json").read_text()))
+            except (OSError, ValueError):
+                continue
         return out

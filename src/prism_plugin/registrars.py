@@ -47,13 +47,12 @@ class Registrar:
 
 class AdapterRegistrar(Registrar):
     def __call__(self, name: str, factory: Any, *, description: str = "", aliases: Iterable[str] = (),
-                 dim: int | None = None, preprocessing: Any = None, licence: str | None = None,
-                 pretraining: Iterable[str] | None = None) -> None:
+                 dim: int | None = None, preprocessing: Any = None, licence: str | None = None) -> None:
         """``factory(**model_args)`` -> Adapter. ``dim``/``preprocessing``/``licence`` for ``ls adapters``."""
         if not callable(factory) and not isinstance(factory, str):
             raise PrismError(f"adapter {name!r} (from {self.origin}): factory must be callable or 'module:attr'")
         self._add(name, factory, description=description, aliases=aliases, dim=dim, preprocessing=preprocessing,
-                  licence=licence, pretraining=tuple(pretraining) if pretraining else None)
+                  licence=licence)
 
 
 class HeadRegistrar(Registrar):
@@ -66,7 +65,8 @@ class HeadRegistrar(Registrar):
 
 class SourceRegistrar(Registrar):
     def __call__(self, type: str, source_class: Any, *, description: str = "", aliases: Iterable[str] = ()) -> None:
-        """``source_class(task, spec)`` reads one dataset; ``OPTIONS`` lists its ``source:`` keys."""
+        """``source_class(task, **options)`` reads one dataset (``options``: the task's ``source:`` keys
+        without ``type``); ``OPTIONS`` lists the keys it accepts."""
         self._add(type, source_class, description=description, aliases=aliases)
 
 
@@ -196,13 +196,10 @@ class MetricInfo:
     def arrow(self) -> str:
         return {"higher": "↑", "lower": "↓"}.get(self.direction or "", "")
 
-    def better(self, a: float, b: float) -> bool:
-        """Is ``a`` better than ``b``? (False when the metric has no direction)."""
-        if self.direction == "higher":
-            return a > b
-        if self.direction == "lower":
-            return a < b
-        return False
+    @property
+    def titled(self) -> str:
+        """The label with its direction arrow (``AUROC ↑``; the label alone without a direction)."""
+        return f"{self.label} {self.arrow}" if self.arrow else self.label
 
 
 class MetricRegistrar(Registrar):

@@ -71,6 +71,19 @@ def runs_files(paths: Iterable[str | Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
+def summary_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """The results directories (folders with a ``summary.json``) of ``paths``: a path holding one
+    itself, else every one below it (a group folder's combined runs.csv has no summary.json of its
+    own, its members do)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if (p / "summary.json").exists():
+            out.append(p)
+        elif p.is_dir():
+            out.extend(f.parent for f in sorted(p.rglob("summary.json")))
+    return list(dict.fromkeys(out))
+
+
 def _fsync_dir(folder: Path) -> None:
     """Make a rename durable (best effort; not every filesystem supports it)."""
     try:
@@ -270,36 +283,43 @@ class ResultsDir:
 
 
 
+def _first(values):
+    """The first value present: per group (``groupby(...).first()`` skips NaN) or of one series."""
+    if isinstance(values, pd.Series):
+        present = values.dropna()
+        return present.iloc[0] if len(present) else float("nan")
+    return values.first()
+
+
+#: aggregation name (:data:`prism_plugin.registrars.AGGREGATIONS`) -> how the runs of a cell combine,
+#: for a :class:`pandas.Series` of one cell's values or a ``SeriesGroupBy`` of many cells (NaN skipped;
+#: NaN when no run has a value)
+AGGREGATORS = {
+    "mean": lambda v: v.mean(),
+    "median": lambda v: v.median(),
+    "max": lambda v: v.max(),
+    "min": lambda v: v.min(),
+    "sum": lambda v: v.sum(min_count=1),
+    "first": _first,
+}
+
+
 def _metric_spec(metric: Any) -> tuple[str, str]:
-    """(column, aggregation) of a column name or a :class:`~prism_plugin.registrars.MetricInfo`."""
+    """(column, aggregation) of a column name (the mean) or a :class:`~prism_plugin.registrars.MetricInfo`
+    (its aggregation, checked by the MetricRegistrar)."""
     if isinstance(metric, str):
         return metric, "mean"
     column = getattr(metric, "column", None)
     if not isinstance(column, str):
         raise TypeError(f"metric must be a column name or a MetricInfo, got {type(metric).__name__}")
-    how = getattr(metric, "aggregation", "mean") or "mean"
-    if how not in AGGREGATIONS:
-        raise ValueError(f"metric {column!r}: unknown aggregation {how!r} (one of {', '.join(AGGREGATIONS)})")
-    return column, how
+    return column, getattr(metric, "aggregation", "mean") or "mean"
 
 
 def aggregate(values: pd.Series, how: str = "mean") -> float:
     """One cell's value from its runs' values (NaN skipped; NaN when no run has a value)."""
-    vals = pd.to_numeric(values, errors="coerce")
-    if how == "mean":
-        return float(vals.mean())
-    if how == "median":
-        return float(vals.median())
-    if how == "max":
-        return float(vals.max())
-    if how == "min":
-        return float(vals.min())
-    if how == "sum":
-        return float(vals.sum(min_count=1))
-    if how == "first":
-        present = vals.dropna()
-        return float(present.iloc[0]) if len(present) else float("nan")
-    raise ValueError(f"unknown aggregation {how!r} (one of {', '.join(AGGREGATIONS)})")
+    if how not in AGGREGATORS:
+        raise ValueError(f"unknown aggregation {how!r} (one of {', '.join(AGGREGATIONS)})")
+    return float(AGGREGATORS[how](pd.to_numeric(values, errors="coerce")))
 
 
 def cell_stats(df: pd.DataFrame, by: list[str], metrics: Iterable[Any]) -> list[dict]:
@@ -320,10 +340,8 @@ def cell_stats(df: pd.DataFrame, by: list[str], metrics: Iterable[Any]) -> list[
         entry["n_runs"] = int(len(g))
         for m, how in present:
             vals = pd.to_numeric(g[m], errors="coerce")
+            entry[f"{m}_{how}"] = aggregate(vals, how)
             if how == "mean":
-                entry[f"{m}_mean"] = float(vals.mean())
                 entry[f"{m}_std"] = float(vals.std(ddof=1)) if len(vals) > 1 else float("nan")
-            else:
-                entry[f"{m}_{how}"] = aggregate(vals, how)
         out.append(entry)
     return out

@@ -1,11 +1,9 @@
-"""Fixtures of the adaptation tests: controlled-shift data with known answers."""
+"""Fixtures of the adaptation tests (the shared data: :mod:`.shift_data`)."""
 
 from __future__ import annotations
 
 import pytest
 from threadpoolctl import threadpool_limits
-
-WBC = ("neutrophil", "lymphocyte", "monocyte", "eosinophil", "basophil")
 
 
 @pytest.fixture(autouse=True)

@@ -11,40 +11,20 @@ import pytest
 from scipy.stats import spearmanr
 
 from prism_plugin.adaptation.config import check_priors
-from prism_plugin.adaptation.generator import ShiftGenerator
 from prism_plugin.cli import main
 from prism_plugin.errors import PrismError
 from prism_plugin.plugins import get_host
 from prism_plugin.protocol.grid import GridSpec, run_grid
-from prism_plugin.protocol.inputs import SplitArrays
 from prism_plugin.results import ResultsDir, rows_to_frame
 
-WBC = ("neutrophil", "lymphocyte", "monocyte", "eosinophil", "basophil")
+from .shift_data import WBC, encoder_views
+
 PRIORS = {"names": ["balanced", "neutrophil_heavy"], "batch_sizes": [64], "draws": 3}
 SEEDS = (1, 2)
 
 
 def _fail(key, msg):
     return PrismError(f"{key}: {msg}")
-
-
-def encoder_views(n_models: int = 3):
-    """The same images (labels) seen by encoders of different quality and shift sensitivity."""
-    g = ShiftGenerator(n_classes=5, dim=16, class_sep=6.0, seed=0, class_names=WBC)
-    src, tgt = g.domain("source"), g.domain("target", 1.0, align=0.5)
-    base = {"train": g.sample(src, 400, seed=1), "val": g.sample(src, 150, seed=2), "test": g.sample(tgt, 300, seed=3)}
-    views = {}
-    for e in range(n_models):
-        rng = np.random.default_rng(100 + e)
-        A = np.linalg.qr(rng.normal(size=(16, 16)))[0]
-        noise = [0.2, 0.8, 1.6][e]
-        extra_offset = [4.0, 1.0, 0.5][e] * g.direction("target", align=0.6)  # encoder-specific scanner sensitivity
-        out = {}
-        for split, (X, y) in base.items():
-            Z = X + (extra_offset if split == "test" else 0.0) + noise * rng.normal(size=X.shape)
-            out[split] = SplitArrays((Z @ A).astype(np.float32), y)
-        views[f"enc_{'abc'[e]}"] = out
-    return views
 
 
 def write_results(root: Path, views, probe: str = "logistic_std", artifacts: bool = True) -> list[Path]:
@@ -108,18 +88,31 @@ def test_in_domain_runs_are_untouched():
     assert "gain_cbr" in row and "gain_tgtstd" not in row and "calx_raw_nll" not in row
 
 
-def test_audit_command_tables(results, tmp_path):
+def test_audit_command_tables(results, tmp_path, monkeypatch):
+    from prism_plugin.adaptation import audit, audit_plugin
+
+    drawn = []
+    rank_figure = audit_plugin.rank_figure
+    monkeypatch.setattr(audit_plugin, "rank_figure", lambda *a, **k: drawn.append(1) or rank_figure(*a, **k))
     root, _ = results
     out = tmp_path / "audit"
     assert main(["audit", str(root), "--output", str(out), "--bootstrap", "200"]) == 0
+    assert len(drawn) == 1  # one view, its sections collected once for report.* and audit.md
     for name in ("rank_matrix", "rank_transfer", "calibration_transfer", "calibration_summary", "adaptation_full",
                  "adaptation_scenarios", "adaptation_methods", "selector_regret", "selector_summary",
                  "paired_bootstrap"):
         assert (out / f"{name}.csv").exists(), name
     headline = json.loads((out / "audit.json").read_text())
     assert headline["models"] == ["enc_a", "enc_b", "enc_c"] and headline["fraction"] == [1.0]
+    assert headline["tables"] == [t for t in audit.TABLES if (out / f"{t}.csv").exists()]
     md = (out / "audit.md").read_text()
     assert "Rank transfer" in md and "](figures/audit-rank-transfer.png)" in md
+    # audit.md links the figures the report wrote, and holds only the audit's sections
+    import re
+
+    linked = re.findall(r"\]\(figures/([^)]+)\)", md)
+    assert linked and all((out / "figures" / name).exists() for name in linked)
+    assert "## Not shown, and why" not in md
     # the same kind of report as a run: report.html (figures embedded) + report.md, audit sections included
     html = (out / "report.html").read_text()
     for title in ("Rank transfer across acquisition domains", "Calibration transfer across domains",
@@ -182,6 +175,9 @@ def test_audit_plugins_are_silent_unless_asked(results, tmp_path):
     out = audit_plugin.summarize(tables, {"audit": {"bootstrap": 100}})
     assert "audit_rank_transfer" in out.tables and "audit_paired_bootstrap" not in out.tables
     assert any("options['results_dirs']" in n for n in out.notes)
+    assert not any("no per-example predictions" in n for n in out.notes)  # one note for one cause
+    assert out.headline["audit"]["notes"] == [n[len("audit: "):] for n in out.notes]
+    assert out.headline["audit"]["tables"] == [t[len("audit_"):] for t in out.tables]
     assert out.headline["audit"]["models"] == ["enc_a", "enc_b", "enc_c"]
     with pytest.raises(PrismError, match="unknown key.*bootstrapp"):
         audit_plugin.summarize(tables, {"audit": {"bootstrapp": 100}})

@@ -12,7 +12,7 @@ from prism_plugin.errors import PrismError
 from prism_plugin.metrics.core import ece, softmax
 from prism_plugin.metrics.temperature_transfer import fewshot_temperature
 
-WBC = ("neutrophil", "lymphocyte", "monocyte", "eosinophil", "basophil")
+from .shift_data import WBC
 
 
 def _fail(key, msg):

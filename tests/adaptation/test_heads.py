@@ -31,7 +31,7 @@ def data():
 
 def test_logistic_std_is_the_standardised_sklearn_logistic(data):
     X, y, Xt, _ = data
-    ours = HEADS["logistic_std"](seed=3, C=0.5).fit(X, y).evaluate(Xt)
+    ours = HEADS["logistic_std"].factory(seed=3, C=0.5).fit(X, y).evaluate(Xt)
     ref = make_pipeline(StandardScaler(), LogisticRegression(C=0.5, max_iter=1000, random_state=3))
     ref.fit(X.astype(np.float64), y)
     np.testing.assert_allclose(ours.proba, ref.predict_proba(Xt.astype(np.float64)), atol=1e-4)
@@ -40,7 +40,7 @@ def test_logistic_std_is_the_standardised_sklearn_logistic(data):
 
 def test_knn1_matches_sklearn_and_scores_are_class_distances(data):
     X, y, Xt, _ = data
-    head = HEADS["knn1"](seed=0).fit(X, y)
+    head = HEADS["knn1"].factory(seed=0).fit(X, y)
     out = head.evaluate(Xt)
     sc = StandardScaler().fit(X.astype(np.float64))
     ref = KNeighborsClassifier(n_neighbors=1).fit(sc.transform(X), y)
@@ -53,7 +53,7 @@ def test_knn1_matches_sklearn_and_scores_are_class_distances(data):
 @pytest.mark.parametrize("cosine", [False, True])
 def test_centroid_heads_match_sklearn_nearest_centroid(data, cosine):
     X, y, Xt, _ = data
-    head = HEADS["centroid_cos" if cosine else "centroid"](seed=0).fit(X, y)
+    head = HEADS["centroid_cos" if cosine else "centroid"].factory(seed=0).fit(X, y)
     out = head.evaluate(Xt)
     sc = StandardScaler().fit(X.astype(np.float64))
     Z, Zt = sc.transform(X), sc.transform(Xt)
@@ -73,7 +73,7 @@ def test_centroid_heads_match_sklearn_nearest_centroid(data, cosine):
 
 def test_linear_svm_margins_are_the_logits(data):
     X, y, Xt, _ = data
-    head = HEADS["linear_svm"](seed=1, C=0.1).fit(X, y)
+    head = HEADS["linear_svm"].factory(seed=1, C=0.1).fit(X, y)
     out = head.evaluate(Xt)
     sc = StandardScaler().fit(X.astype(np.float64))
     ref = LinearSVC(C=0.1, max_iter=1000, random_state=1).fit(sc.transform(X), y)
@@ -84,15 +84,16 @@ def test_linear_svm_margins_are_the_logits(data):
 def test_binary_heads_follow_the_prism_convention(data):
     X, y, Xt, _ = data
     yb = (y >= 2).astype(int)
-    for kind in HEADS:
-        head = HEADS[kind](seed=0).fit(X, yb)
+    for kind, spec in HEADS.items():
+        head = spec.factory(seed=0).fit(X, yb)
         out = head.evaluate(Xt)
         assert out.decision.ndim == 1, kind  # one decision value d; the grid makes [-d, d]
         np.testing.assert_allclose(out.proba[:, 1], 1 / (1 + np.exp(-out.decision.astype(np.float64))), atol=1e-6,
                                    err_msg=kind)
         params = linear_params(head)
-        if kind == "knn1":
-            assert params is None
+        assert (params is not None) is spec.linear, kind  # the declared trait is what the head offers
+        if params is None:
+            assert kind == "knn1"
         else:
             W, b = params
             np.testing.assert_allclose(softmax(head.transform(Xt) @ W.T + b), out.proba, atol=1e-5, err_msg=kind)
@@ -101,12 +102,14 @@ def test_binary_heads_follow_the_prism_convention(data):
 def test_heads_are_registered_and_run_in_the_grid(data):
     X, y, Xt, yt = data
     host = get_host()
-    heads = host.heads()
-    for kind in ("logistic_std", "knn1", "centroid", "centroid_cos", "linear_svm"):
-        # registered by the adaptation plugin (a built-in), with the linear trait SHOT-IM reads
-        assert kind in heads and "built in" in heads[kind][1]
-        assert "adaptation" in host.implementations("register_heads")
-        assert host.head_traits(kind)["linear"] is (kind != "knn1")
+    reg = host.registry("heads")
+    assert tuple(HEADS) == ("logistic_std", "knn1", "centroid", "centroid_cos", "linear_svm")
+    assert [HEADS[k].linear for k in HEADS] == [True, False, True, True, True]
+    for kind, spec in HEADS.items():
+        # registered by the adaptation plugin, with the factory and the linear trait SHOT-IM reads
+        assert reg.entry(kind).plugin == "adaptation", kind
+        assert reg.get(kind) is spec.factory
+        assert host.head_traits(kind)["linear"] is spec.linear
     ident = {"task": "t", "adapter": "a", "model": "m", "dataset": "d", "meta": {"kind": "indomain"}}
     tr, te = SplitArrays(X, y), SplitArrays(Xt, yt)
     # inherited PRISM logistic settings are ignored by heads without them

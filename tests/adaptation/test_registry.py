@@ -15,7 +15,7 @@ from prism_plugin.errors import PrismError, UnknownNameError
 from prism_plugin.plugins import PluginHost, get_host
 from prism_plugin.protocol.grid import GridSpec, run_grid
 
-from .test_audit import WBC, encoder_views
+from .shift_data import WBC, encoder_views
 
 BUILTIN = ("tgtstd", "cbr", "cbr_mean", "bbse", "cbr_bbse", "shot_im", "oracle_cb",
            "calibration", "selectors", "decodability", "projection")
@@ -169,3 +169,48 @@ def test_a_plugin_method_gets_the_columns_of_a_builtin(host):
     row, _ = _run(get_host(), {"kind": "transfer"})
     assert "gain_my_method" not in row and "gain_cbr" in row
 
+
+
+def _labelled_plugin():
+    mod = types.ModuleType("my_labelled_tta")
+
+    @hookimpl
+    def register_adaptation(register):
+        register("peek", sharpen, default=False, needs_labels=True, description="uses the target labels")
+
+    mod.register_adaptation = register_adaptation
+    return mod
+
+
+def test_a_labelled_plugin_method_is_an_upper_bound_in_the_audit_tables():
+    """The audit reads the method order and the needs_labels trait from the host's registry."""
+    import pandas as pd
+
+    from prism_plugin.adaptation import audit, priors as pri
+
+    host = PluginHost(extra_plugins=[_labelled_plugin()])
+    rows = []
+    for i, (model, seed) in enumerate([("enc_a", 0), ("enc_a", 1), ("enc_b", 0), ("enc_b", 1)]):
+        row = {"model": model, "task": "t", "probe": "logistic_std", "fraction": 1.0, "seed": seed,
+               "f1_macro": 0.6 + 0.01 * i, "id_f1_macro": 0.8, pri.column("balanced", 32, "f1_none"): 0.5}
+        for j, m in enumerate(("peek", "cbr", "tgtstd")):  # columns out of registry order
+            row[f"f1_macro_{m}"] = row["f1_macro"] + 0.01 * (j - 1)
+            row[f"gain_{m}"] = 0.01 * (j - 1)
+            row[pri.column("balanced", 32, f"f1_{m}")] = 0.5 + 0.02 * (j - 1)
+        rows.append(row)
+    runs = pd.DataFrame(rows)
+    inp = audit.prepare(runs, host=host)
+    assert inp.upper_bounds["peek"] is True and inp.upper_bounds["oracle_cb"] is True
+    assert inp.method_order[-1] == "peek" and inp.method_order[:7] == BUILTIN[:7]
+    full, _scen, methods = audit.adaptation_tables(inp, B=100, seed=0)
+    assert list(dict.fromkeys(full["method"])) == ["tgtstd", "cbr", "peek"]  # registry order
+    bound = methods.set_index("method")["upper_bound"]
+    assert bound.to_dict() == {"cbr": False, "peek": True, "tgtstd": False}
+    # a host that does not register it knows nothing of its trait: an ordinary method, after the built-ins
+    inp = audit.prepare(runs, host=get_host())
+    full, _scen, methods = audit.adaptation_tables(inp, B=100, seed=0)
+    assert list(dict.fromkeys(full["method"])) == ["tgtstd", "cbr", "peek"]
+    assert not methods.set_index("method").loc["peek", "upper_bound"]
+    # without results directories the per-example tables' note is given by the caller, not twice
+    _tables, headline = audit.build(inp, B=100)
+    assert not any("per-example predictions" in n for n in headline["notes"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("lazy-hello")  # no help here: the registered help line is used
+    p = subparsers.add_parser("lazy-hello")  # no help= here: `prism-run --help` lists the registered one
     p.add_argument("--times", type=int, default=1)
     return p
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import pytest
 
@@ -78,18 +79,34 @@ def test_a_plugin_command_is_a_subcommand(capsys):
     assert any(line.split() == ["hello", "say", "hello", "to", "NAME"] for line in helptext.splitlines()), helptext
 
 
-def test_a_lazy_module_command_gets_the_registered_help(capsys):
+def test_a_lazy_module_command_is_listed_with_its_registered_help(capsys, monkeypatch):
     plugin = _plugin("tests.cli.lazy_command", name="lazy-hello", help_text="greet lazily")
     host = PluginHost(extra_plugins=[plugin], third_party=False)
+    monkeypatch.delitem(sys.modules, "tests.cli.lazy_command", raising=False)
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"], host=host)
+    assert exc.value.code == 0
+    # the --help listing shows the help registered with the command, without importing its module
+    assert any(line.split() == ["lazy-hello", "greet", "lazily"] for line in capsys.readouterr().out.splitlines())
+    assert "tests.cli.lazy_command" not in sys.modules
     assert main(["lazy-hello", "--times", "2"], host=host) == 0
     assert capsys.readouterr().out.strip() == "lazy hello lazy hello"
-    with pytest.raises(SystemExit):
-        main(["--help"], host=host)
-    assert any(line.split() == ["lazy-hello", "greet", "lazily"] for line in capsys.readouterr().out.splitlines())
 
 
-@pytest.mark.parametrize("where", ["add_parser", "run"])
-def test_a_failing_command_is_one_line_naming_command_and_plugin(capsys, where):
+def test_the_subcommand_list_is_built_only_for_help(monkeypatch):
+    from prism_plugin import cli
+
+    def fail(host):
+        raise AssertionError("the subcommand list was built although no help is printed")
+
+    monkeypatch.setattr(cli, "_commands_epilog", fail)
+    host = PluginHost(extra_plugins=[_plugin(Hello())], third_party=False)
+    args = cli.main_parser(host).parse_args(["--task", "t", "--model", "m"])
+    assert args.task == ["t"] and args.model == ["m"]
+
+
+@pytest.mark.parametrize("where, error", [("add_parser", RuntimeError), ("run", ValueError)])
+def test_a_failing_command_is_one_line_naming_command_and_plugin(capsys, where, error):
     host = PluginHost(extra_plugins=[_plugin(Broken(where), name="boom", plugin_name="boom_plugin")],
                       third_party=False)
     assert main(["boom"], host=host) == 2
@@ -97,7 +114,7 @@ def test_a_failing_command_is_one_line_naming_command_and_plugin(capsys, where):
     assert len(err) == 1, err
     assert err[0].startswith("prism-run: error: command 'boom' (plugin 'boom_plugin'") and f"in {where}" in err[0]
     assert "exploded" in err[0] and "--debug" in err[0] and "--disable boom_plugin" in err[0]
-    with pytest.raises((RuntimeError, ValueError)):  # --debug: the original exception and its traceback
+    with pytest.raises(error, match="exploded"):  # --debug: the original exception and its traceback
         main(["boom", "--debug"], host=host)
 
 

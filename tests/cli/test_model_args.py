@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from prism_plugin.cli import main_parser, model_specs, split_model
+from prism_plugin.cli import main_parser
+from prism_plugin.commands.model_args import model_specs, split_model
 from prism_plugin.errors import PrismError
 from tests.conftest import prism_run
 

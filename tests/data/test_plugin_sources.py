@@ -1,10 +1,13 @@
 """Source types come from the plugin host's registry: a plugin adds one with no core edit; unknown types
-fail with the closest names; the split of ``data/sources.py`` keeps its public names; one file hasher."""
+fail with the closest names; the split of ``data/sources.py`` keeps its public names; core modules leave the
+source modules unimported; one file hasher."""
 
 from __future__ import annotations
 
-import ast
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +21,6 @@ from prism_plugin.errors import PrismError
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.plugins import PluginHost, get_host
 from prism_plugin.tasks.index import TaskIndex
-
-DATA_DIR = Path(sources.__file__).parent
 
 
 class TileListSource(Source):
@@ -145,25 +146,74 @@ def test_check_source_spec_takes_the_host():
 
 
 def test_builtin_types_are_registered_lazily_at_their_modules():
-    reg = get_host().sources
+    from prism_plugin.data.builtin import BUILTIN_SOURCES
+
+    reg = PluginHost(third_party=False).sources
+    assert reg.names() == list(BUILTIN_SOURCES)
+    for name, (ref, _description) in BUILTIN_SOURCES.items():
+        entry = reg.entry(name)
+        assert entry.lazy and entry.ref == ref, name  # nothing imported before first use
     where = {name: reg.get(name).__module__ for name in reg.names()}
     assert where == {"imagefolder": "prism_plugin.data.folder", "demo": "prism_plugin.data.folder",
                      "records": "prism_plugin.data.records", "h5": "prism_plugin.data.arrays",
                      "npz": "prism_plugin.data.arrays", "hf": "prism_plugin.data.hf",
                      "camelyon17": "prism_plugin.data.camelyon17"}
-    assert all(issubclass(reg.get(name), Source) for name in reg.names())
-    assert not hasattr(sources, "SOURCE_TYPES")
+    assert all(issubclass(reg.get(name), Source) and not reg.entry(name).lazy for name in reg.names())
 
 
-def test_facade_reexports_and_no_private_import_across_modules():
-    for name in sources.__all__:
-        assert getattr(sources, name) is not None, name
-    offenders = []
-    for path in sorted(DATA_DIR.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("prism_plugin"):
-                offenders += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
-    assert offenders == []
+#: ``__all__`` of ``data/sources.py`` before the split (b1aa8f4), less ``SOURCE_TYPES`` (a registry
+#: now) and the private ``_limit_indices`` (public as ``limit_indices``), plus ``file_digest``.
+OLD_PUBLIC_NAMES = frozenset({
+    "ImageSplit", "ImageRef", "ArrayImageRef", "Pool", "Source", "ImageFolderSource", "DemoSource",
+    "RecordsSource", "H5Source", "NpzSource", "open_source", "source_class",
+    "check_source_spec", "check_split_spec", "run_split_procedure", "random_split_lengths", "map_labels",
+    "split_fingerprint", "files_fingerprint", "read_embedding_split", "write_embedding_split", "limit_indices",
+    "file_digest",
+})
+
+
+def test_facade_exports_the_old_public_names():
+    from prism_plugin import hashing
+
+    assert len(sources.__all__) == len(set(sources.__all__))
+    assert set(sources.__all__) == OLD_PUBLIC_NAMES
+    missing = [name for name in OLD_PUBLIC_NAMES if getattr(sources, name, None) is None]
+    assert missing == []
+    # the names the old module also defined at top level stay importable from it
+    for name in ("IMAGE_SUFFIXES", "DATA_ROOT_ENV", "COMMON_OPTIONS", "FEATURES_ONLY", "SPLIT_KEYS",
+                 "SPLIT_PROCEDURES", "check_options", "data_hint", "read_records"):
+        assert hasattr(sources, name), name
+    assert sources.file_digest is hashing.file_digest
+
+
+def test_core_modules_do_not_import_the_builtin_source_modules():
+    """``embed.load`` (and the schema it imports) use the catalogue, not the facade that imports every source."""
+    code = ("import sys, prism_plugin.embed.load, prism_plugin.tasks.schema, prism_plugin.embed.extract\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('prism_plugin.data.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "prism_plugin.data.catalogue" in out
+    heavy = {"prism_plugin.data.sources", "prism_plugin.data.folder", "prism_plugin.data.records",
+             "prism_plugin.data.arrays", "prism_plugin.data.hf", "prism_plugin.data.camelyon17"}
+    assert heavy.isdisjoint(out), sorted(heavy & set(out))
+
+
+def test_option_checks_name_the_type_once(tmp_path):
+    from prism_plugin.data.base import allowed_options, check_options
+    from prism_plugin.tasks.loader import Located
+
+    class Unnamed(Source):
+        OPTIONS = frozenset({"root"})
+
+    assert allowed_options(TileListSource) == {"root", "listing", "class_map", "drop_unmapped", "drop_classes"}
+    assert allowed_options(TileListSource) == accepted_options("tile_list", _plugin_host())
+    located = Located({}, Path("t.yaml"), {})
+    # type_name first, then the task's source.type, then the class name
+    with pytest.raises(PrismError, match="not a tile_list option"):
+        check_options(TileListSource, {"bad": 1}, "t.yaml", located, kind="alias")
+    with pytest.raises(PrismError, match="not a alias option"):
+        check_options(Unnamed, {"bad": 1}, "t.yaml", located, kind="alias")
+    with pytest.raises(PrismError, match="not a Unnamed option"):
+        check_options(Unnamed, {"bad": 1}, "t.yaml")
 
 
 # ---------------------------------------------------------------- the one file hasher
@@ -191,3 +241,60 @@ def test_every_file_digest_is_the_blake2b_it_always_was(tmp_path):
     _, _, fp = read_embedding_split(tmp_path, "test")
     digest16 = lambda p: hashlib.blake2b(p.read_bytes(), digest_size=16).hexdigest()  # noqa: E731
     assert fp == digest16(tmp_path / "test_features.npy") + digest16(tmp_path / "test_labels.npy")[:16]
+
+
+def test_the_weight_digest_is_memoised_per_path_size_and_mtime(tmp_path, monkeypatch):
+    from prism_plugin import hashing
+    from prism_plugin.embed.adapter import file_content_digest
+
+    calls = []
+    real = hashing.file_digest
+
+    def counting(path, *args, **kwargs):
+        calls.append(Path(path).name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(hashing, "file_digest", counting)
+    blob = tmp_path / "model.safetensors"
+    blob.write_bytes(b"a" * 4096)
+    first = file_content_digest(blob)
+    assert first == hashlib.blake2b(b"a" * 4096, digest_size=20).hexdigest()
+    assert file_content_digest(blob) == first and file_content_digest(str(blob)) == first
+    assert calls == ["model.safetensors"]  # unchanged: hashed once
+    st = blob.stat()
+    blob.write_bytes(b"b" * 4096)  # same size, new content and modification time
+    os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert file_content_digest(blob) == hashlib.blake2b(b"b" * 4096, digest_size=20).hexdigest()
+    assert calls == ["model.safetensors"] * 2
+
+
+def test_split_fingerprints_and_reference_checks_read_through_the_one_hasher(tmp_path, monkeypatch):
+    from prism_plugin import hashing
+    from prism_plugin.commands.reference import verify_files
+    from prism_plugin.data import fingerprints
+    from prism_plugin.data.fingerprints import split_fingerprint
+    from prism_plugin.reference_data import PUBLISHED_FILES
+
+    reads = []
+    real = hashing.update_from_file
+
+    def counting(h, path, *args, **kwargs):
+        reads.append(Path(path).name)
+        return real(h, path, *args, **kwargs)
+
+    monkeypatch.setattr(hashing, "update_from_file", counting)
+    monkeypatch.setattr(fingerprints, "update_from_file", counting)
+    payload = np.random.default_rng(2).bytes((1 << 20) + 5)  # more than one chunk
+    (tmp_path / "a.png").write_bytes(payload)
+    expected = hashlib.blake2b(digest_size=20)
+    expected.update(b"a.png|1|" + payload)
+    assert split_fingerprint(["a.png"], np.array([1]), [tmp_path / "a.png"]) == expected.hexdigest()
+    assert reads == ["a.png"]
+
+    name, (size, sha) = next(iter(PUBLISHED_FILES.items()))
+    wrong = b"x" * size
+    (tmp_path / name).write_bytes(wrong)
+    reads.clear()
+    problems = verify_files(tmp_path, [name])
+    assert problems == [f"{name} has SHA-256 {hashlib.sha256(wrong).hexdigest()[:12]}..., expected {sha[:12]}..."]
+    assert reads == [name]  # a mismatching file is hashed once

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from prism_plugin import hookimpl
 from prism_plugin.contracts import SummaryOutput
 from prism_plugin.errors import PrismError
 from prism_plugin.plugins import PluginHost

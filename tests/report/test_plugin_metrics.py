@@ -7,16 +7,15 @@ from __future__ import annotations
 import argparse
 import json
 import types
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from prism_plugin.hookspecs import hookimpl
-from prism_plugin.plugins import BUILTIN_ORIGIN, PluginHost
+from prism_plugin.plugins import PluginHost
 from prism_plugin.registrars import MetricInfo
-from prism_plugin.report.verdict import check_verdict
+from prism_plugin.report.verdict import check_verdict, pct
 from prism_plugin.results import cell_stats
 
 MODEL = "DemoViT-Tiny"
@@ -92,7 +91,7 @@ def test_builtin_descriptions_keep_todays_summary_and_band_metrics():
     assert [i.column for i in metric_infos(host, "summary")] == SUMMARY_TODAY
     assert all(i.aggregation == "mean" for i in metric_infos(host, "summary"))
     assert band_metrics(host=host) == VERDICT_BAND_COLUMNS == ("auroc", "f1_macro", "ece_fixed", "ece_scaled_fixed")
-    assert all(d.builtin and d.origin == BUILTIN_ORIGIN for d in described_metrics(host))
+    assert all(d.builtin for d in described_metrics(host))
     # a third party's band metric comes after the built-in ones
     plugin = types.ModuleType("band_plugin")
     plugin.register_metrics = hookimpl(lambda register: register("my_band", direction="higher", bands=True))
@@ -122,11 +121,15 @@ def test_plugin_metric_in_report_table_and_verdict(scored):
     med = _medians(runs)
     md = (out / "report.md").read_text(encoding="utf-8")
     section = md.split('<a id="metrics"></a>')[1].split("<a id=")[0]
-    row = [line for line in section.splitlines() if "| My score ↓ |" in line]
+    def cells_of(line: str) -> list[str]:
+        return [c.strip() for c in line.strip().strip("|").split("|")]
+
+    header = next(cells_of(line) for line in section.splitlines() if line.startswith("| runs |"))
+    row = [cells_of(line) for line in section.splitlines() if "| My score ↓ |" in line]
     assert len(row) == 1, section
-    assert row[0].split(" | ")[4] == "median"
-    for f in FRACTIONS:
-        assert f"{med[f]:.4f}" in row[0]
+    assert row[0][header.index("over seeds")] == "median"
+    for f in FRACTIONS:  # each fraction's median in its own column
+        assert row[0][header.index(pct(f))] == f"{med[f]:.4f}", (f, header, row[0])
     assert "From plugins: `my_score` (passed in code)" in section and "AUROC ↑" in section  # built-ins too
     cells = pd.read_csv(out / "summaries" / "metric_cells.csv")
     mine = cells.loc[cells["metric"] == "my_score"].set_index("fraction")
@@ -154,8 +157,8 @@ def test_plugin_metric_in_compare(scored, tmp_path, capsys):
     host, out = scored
     table = tmp_path / "ranked.csv"
     args = argparse.Namespace(results_dirs=[out], fraction=1.0, reference=None, aggregation="multiplicative",
-                              ood_stability=[], output=table)
-    assert compare.run(args, host=host) == 0
+                              ood_stability=[], output=table, prism_host=host)  # the host prism-run built
+    assert compare.run(args) == 0
     text = capsys.readouterr().out
     header = [line for line in text.splitlines() if line.startswith("rank model")][0]
     assert header.rstrip().endswith("My score (median) ↓")
@@ -170,7 +173,8 @@ def test_plugin_metric_in_compare(scored, tmp_path, capsys):
     assert ref_lines and all(line.split()[-1] == "n/a" for line in ref_lines)
     assert "were not measured with it (n/a)" in text
     # without the plugin the column is not there at all
-    assert compare.run(args, host=PluginHost()) == 0
+    args.prism_host = PluginHost()
+    assert compare.run(args) == 0
     assert "My score" not in capsys.readouterr().out
 
 

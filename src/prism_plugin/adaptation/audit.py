@@ -59,6 +59,8 @@ GROUP = ["task", "probe"]
 BALANCED_PRIORS = {"balanced"}
 #: the column that marks a run audited by the adaptation plugin
 AUDIT_COLUMN = "id_f1_macro"
+#: the probe of runs whose table has no ``probe`` column (the PRISM logistic probe)
+DEFAULT_PROBE = "logistic"
 
 
 @dataclass
@@ -72,18 +74,20 @@ class AuditInputs:
     upper_bounds: dict[str, bool] = field(default_factory=dict)
     #: methods in registry order (then any other method found in the columns)
     method_order: tuple[str, ...] = ()
+    #: the results directories read for the per-example artifacts (none given: those tables are skipped)
+    results_dirs: tuple[Path, ...] = ()
 
 
 # -- loading ------------------------------------------------------------------------------------
 
 def result_files(paths: Iterable[Path]) -> list[Path]:
-    """The ``runs.csv`` files to audit: :func:`~prism_plugin.tables.find_runs_files`, members only.
+    """The ``runs.csv`` files to audit: :func:`~prism_plugin.results.runs_files`, leaves only.
 
     A folder whose sub-folders hold results too (a ``--group`` folder) has a combined table beside
     its members' tables: the members are read (they hold the per-example artifacts), the combined
     table is not, so no run counts twice.
     """
-    from prism_plugin.tables import find_runs_files
+    from prism_plugin.results import runs_files
 
     found: list[Path] = []
     for p in paths:
@@ -92,17 +96,11 @@ def result_files(paths: Iterable[Path]) -> list[Path]:
             raise PrismError(f"{p}: no such results directory")
         if p.is_file() and p.name != "runs.csv":
             raise PrismError(f"{p}: pass results directories (folders with runs.csv)")
-        try:
-            files = find_runs_files([p])
-        except PrismError:
-            raise PrismError(f"{p}: no runs.csv below this folder; pass directories written by prism-run") from None
+        files = runs_files([p])
+        if not files:
+            raise PrismError(f"{p}: no runs.csv below this folder; pass directories written by prism-run")
         if p.is_dir() and files == [p / "runs.csv"]:  # a group folder: its members, when it has any
-            subs = [d for d in sorted(p.iterdir()) if d.is_dir()]
-            try:
-                members = find_runs_files(subs) if subs else []
-            except PrismError:
-                members = []
-            files = files + members
+            files += runs_files(d for d in sorted(p.iterdir()) if d.is_dir())
         found.extend(files)
     dirs = sorted({f.parent for f in found})
     leaves = [d for d in dirs if not any(o != d and d in o.parents for o in dirs)]
@@ -110,16 +108,19 @@ def result_files(paths: Iterable[Path]) -> list[Path]:
 
 
 def audited_rows(tables) -> pd.DataFrame:
-    """Every per-run row (of any table kind) that carries the adaptation plugin's columns."""
-    frames = []
-    items = tables.items() if hasattr(tables, "items") else []
-    for _kind, df in items:
-        if df is None or AUDIT_COLUMN not in df.columns:
-            continue
-        frames.append(df[df[AUDIT_COLUMN].notna()])
+    """The per-run rows of every table kind (:class:`~prism_plugin.tables.RunTables`) that has the
+    adaptation plugin's columns; :func:`prepare` keeps the rows that carry them."""
+    frames = [df for _kind, df in tables.items() if AUDIT_COLUMN in df.columns]
     if not frames:
         return pd.DataFrame()
     return pd.concat(frames, ignore_index=True, sort=False)
+
+
+def _with_probe(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a ``probe`` column (:data:`DEFAULT_PROBE` where the results have none)."""
+    if "probe" not in df.columns:
+        df["probe"] = DEFAULT_PROBE
+    return df
 
 
 def _task_info(dirs: Sequence[Path]) -> dict[str, dict]:
@@ -140,7 +141,13 @@ def _task_info(dirs: Sequence[Path]) -> dict[str, dict]:
 
 
 def _artifacts(runs: pd.DataFrame, dirs: Sequence[Path]) -> dict[tuple[str, str, str], list[Path]]:
-    """(task, probe, model) -> the per-example prediction files of the audited runs."""
+    """(task, probe, model) -> the per-example prediction files of the audited runs.
+
+    The rows do not say which directory they were read from, so each directory's ``runs.csv``
+    key columns are read to find whose ``artifacts/`` hold which (task, probe, model).
+    """
+    from prism_plugin.adaptation.plugin import artifact_name
+
     wanted = {(str(t), str(p), str(m), float(f)) for t, p, m, f in
               runs[["task", "probe", "model", "fraction"]].drop_duplicates().itertuples(index=False)}
     artifacts: dict[tuple[str, str, str], list[Path]] = {}
@@ -154,15 +161,13 @@ def _artifacts(runs: pd.DataFrame, dirs: Sequence[Path]) -> dict[tuple[str, str,
             continue
         if not {"task", "model", "fraction"} <= set(keys.columns):
             continue
-        if "probe" not in keys.columns:
-            keys["probe"] = "logistic"
+        keys = _with_probe(keys)
         for task, probe, model, fr in keys[["task", "probe", "model", "fraction"]].drop_duplicates().itertuples(
                 index=False):
             key = (str(task), str(probe), str(model), float(fr))
             if key not in wanted:
                 continue
-            safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key[0])
-            files = sorted(folder.glob(f"{safe}--f{key[3]:g}-s*.npz"))
+            files = sorted(folder.glob(artifact_name(key[0], key[3], "*")))  # every seed
             if files:
                 artifacts.setdefault(key[:3], []).extend(files)
     return artifacts
@@ -178,9 +183,7 @@ def prepare(runs: pd.DataFrame, fraction: float | None = None, results_dirs: Seq
     for col in ("model", "task", "fraction", "seed", "f1_macro"):
         if col not in runs.columns:
             raise PrismError(f"the audited runs lack column {col!r}; not a prism-run results table")
-    runs = runs[runs[AUDIT_COLUMN].notna()].copy()
-    if "probe" not in runs.columns:
-        runs["probe"] = "logistic"
+    runs = _with_probe(runs[runs[AUDIT_COLUMN].notna()].copy())
     if fraction is None:
         top = runs.groupby("task")["fraction"].transform("max")
         runs = runs[runs["fraction"] == top]
@@ -190,7 +193,7 @@ def prepare(runs: pd.DataFrame, fraction: float | None = None, results_dirs: Seq
             raise PrismError(f"--fraction {fraction}: no audited run at this label fraction")
     dup = runs.duplicated(subset=["task", "probe", "model", "seed"], keep="last")
     if dup.any():
-        notes.append(f"{int(dup.sum())} duplicate (task, probe, model, seed) rows: the last directory read wins")
+        notes.append(f"{int(dup.sum())} duplicate (task, probe, model, seed) rows: the last row is kept")
         runs = runs[~dup]
     numeric = [c for c in runs.columns if c not in ("model", "task", "probe")
                and pd.api.types.is_numeric_dtype(runs[c])]
@@ -200,20 +203,27 @@ def prepare(runs: pd.DataFrame, fraction: float | None = None, results_dirs: Seq
     ).reset_index()
     means = means.drop(columns=[c for c in ("seed",) if c in means.columns]).merge(extra, on=["task", "probe", "model"])
     dirs = [Path(d) for d in results_dirs]
-    upper, order = _method_traits(host)
+    upper = method_traits(host)
     return AuditInputs(runs=runs, means=means, artifacts=_artifacts(runs, dirs), task_info=_task_info(dirs),
-                       notes=notes, upper_bounds=upper, method_order=order)
+                       notes=notes, upper_bounds=upper, method_order=tuple(upper), results_dirs=tuple(dirs))
 
 
-def _method_traits(host) -> tuple[dict[str, bool], tuple[str, ...]]:
-    try:
-        from prism_plugin.adaptation.config import registry
+def method_traits(host=None) -> dict[str, bool]:
+    """Adaptation method -> needs target labels (an upper bound), in registry order.
 
-        reg = registry(host)
-    except PrismError:
-        return {}, ()
-    methods = [e for e in reg.entries() if e.meta.get("role") == "method"]
-    return {e.name: bool(e.meta.get("needs_labels")) for e in methods}, tuple(e.name for e in methods)
+    With the adaptation plugin disabled (``--disable adaptation``) the registry has no methods:
+    the built-ins' declared traits (:data:`~prism_plugin.adaptation.tta.BUILTIN_METHODS`) describe
+    the columns of the results written with it.
+    """
+    from prism_plugin.plugins import host_or_shared
+
+    methods = {e.name: bool(e.meta.get("needs_labels")) for e in host_or_shared(host).adaptation.entries()
+               if e.meta.get("role") == "method"}
+    if not methods:
+        from prism_plugin.adaptation.tta import BUILTIN_METHODS
+
+        methods = {name: bool(needs) for name, (_fn, needs) in BUILTIN_METHODS.items()}
+    return methods
 
 
 # -- A: rank transfer ---------------------------------------------------------------------------
@@ -328,7 +338,7 @@ def adaptation_tables(inp: AuditInputs, B: int, seed: int) -> tuple[pd.DataFrame
             "mean_gain": float(per_scen.mean()), "range_low": float(per_scen.min()), "range_high": float(per_scen.max()),
             "scenarios_hurt": int((per_scen < 0).sum()), "cells": int(len(g)), "cells_hurt": int((g["gain"] < 0).sum()),
             "worst_cell": float(g["gain"].min()), "ci_low": hb["ci_low"], "ci_high": hb["ci_high"],
-            "upper_bound": bool(inp.upper_bounds.get(meth, meth == "oracle_cb")),
+            "upper_bound": bool(inp.upper_bounds.get(meth, False)),
         })
     return full, scen, pd.DataFrame(method_rows)
 
@@ -494,7 +504,7 @@ def build(inp: AuditInputs, *, B: int = stats.BOOTSTRAP_B, seed: int = 0,
     tables["selector_regret"], tables["selector_summary"] = selector_tables(inp)
     tables["paired_bootstrap"] = paired_bootstrap_table(inp, B, seed, compare)
     tables["diagnostics"] = diagnostics_table(inp)
-    if not inp.artifacts:
+    if inp.results_dirs and not inp.artifacts:  # without directories the caller says why
         inp.notes.append("no per-example predictions (artifacts/) found: consensus, agl_acc and the paired "
                          "bootstrap need them")
     headline = {

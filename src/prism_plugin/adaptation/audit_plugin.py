@@ -25,9 +25,17 @@ import pandas as pd
 from prism_plugin.hookspecs import hookimpl
 
 PREFIX = "audit_"
+#: the ``key`` prefix of the audit's report sections (``audit-rank``, ...): how ``prism-run audit``
+#: finds them among the report's sections for ``audit.md``
+SECTION_PREFIX = "audit-"
+#: the prefix of the audit's notes among the report's summary notes
+NOTE_PREFIX = "audit: "
 ORDER = 70  # after the PRISM sections, before the findings / notes
-#: report-section options a caller may set under ``options["audit"]``
-OPTION_KEYS = ("fraction", "bootstrap", "seed", "compare", "host")
+#: the settings a user may give under ``options["audit"]``
+USER_KEYS = ("fraction", "bootstrap", "seed", "compare")
+#: settings a caller passes along with them (``host``: the plugin host whose adaptation registry
+#: gives the methods' order and traits)
+INTERNAL_KEYS = ("host",)
 
 
 def stem(table: str) -> str:
@@ -45,12 +53,11 @@ def audit_options(options: Mapping[str, Any]) -> dict[str, Any] | None:
     if raw is True:
         return {}
     if not isinstance(raw, Mapping):
-        raise PrismError(f"summary option audit: give true or a mapping with {', '.join(OPTION_KEYS[:4])}, "
-                         f"got {raw!r}")
-    unknown = sorted(set(raw) - set(OPTION_KEYS))
+        raise PrismError(f"summary option audit: give true or a mapping with {', '.join(USER_KEYS)}, got {raw!r}")
+    unknown = sorted(set(raw) - set(USER_KEYS) - set(INTERNAL_KEYS))
     if unknown:
         raise PrismError(f"summary option audit: unknown key(s) {', '.join(map(str, unknown))} "
-                         f"(allowed: {', '.join(OPTION_KEYS[:4])})")
+                         f"(allowed: {', '.join(USER_KEYS)})")
     return dict(raw)
 
 
@@ -71,40 +78,16 @@ def summarize(tables, options):
     built, headline = audit.build(inp, B=int(opts.get("bootstrap") or stats.BOOTSTRAP_B), seed=int(opts.get("seed", 0)),
                                   compare=compare)
     notes = list(headline.pop("notes", []))
-    headline["tables"] = [name for name in audit.TABLES if not built[name].empty]
-    return SummaryOutput(tables={stem(name): built[name] for name in audit.TABLES if not built[name].empty},
-                         headline={"audit": headline}, notes=[f"audit: {n}" for n in notes])
+    written = [name for name in audit.TABLES if not built[name].empty]
+    # the headline is audit.json as `prism-run audit` writes it: the tables present and the notes
+    headline["tables"] = written
+    headline["notes"] = notes
+    return SummaryOutput(tables={stem(name): built[name] for name in written}, headline={"audit": headline},
+                         notes=[NOTE_PREFIX + n for n in notes])
 
 
 # --------------------------------------------------------------------------- figures
-def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    from prism_plugin.report import plots
-
-    fig = Figure(figsize=(width, height), dpi=plots.DPI)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _png(fig) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=fig.dpi, bbox_inches="tight")
-    return buf.getvalue()
-
-
-def _axes_style(ax) -> None:
-    from prism_plugin.report import plots
-
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    ax.grid(True, color=plots.GRID, lw=0.8)
-    ax.set_axisbelow(True)
-
-
+# drawn with the report's figure helpers and style (report.plots: spines, grid, fonts)
 def rank_figure(matrix: pd.DataFrame, transfer: pd.DataFrame | None, max_panels: int = 6) -> bytes:
     """In-domain vs target macro-F1 per encoder, one panel per (task, probe): each encoder is a line
     from its in-domain score to its target score, so crossing lines are rank changes."""
@@ -115,30 +98,33 @@ def rank_figure(matrix: pd.DataFrame, transfer: pd.DataFrame | None, max_panels:
     n = len(groups)
     cols = min(n, 3)
     rows = int(np.ceil(n / cols))
-    fig = _figure(3.6 * cols, 3.2 * rows)
     rho = {}
     if transfer is not None and not transfer.empty:
         rho = {(r.task, r.probe): r.spearman_rho for r in transfer.itertuples()}
-    for i, ((task, probe), g) in enumerate(groups):
-        ax = fig.add_subplot(rows, cols, i + 1)
-        _axes_style(ax)
-        for r in g.itertuples():
-            c = colors[r.model]
-            ax.plot([0, 1], [r.id_f1_macro, r.f1_macro], color=c, lw=1.8, marker="o", ms=5)
-            ax.annotate(f"{r.model} (#{int(r.target_rank)})", (1, r.f1_macro), xytext=(6, 0),
-                        textcoords="offset points", va="center", fontsize=8, color=c)
-            ax.annotate(f"#{int(r.id_rank)}", (0, r.id_f1_macro), xytext=(-6, 0), textcoords="offset points",
-                        va="center", ha="right", fontsize=8, color=c)
-        ax.set_xticks([0, 1])
-        ax.set_xticklabels(["in-domain\n(source held-out)", "target"])
-        ax.set_xlim(-0.35, 1.7)
-        ax.set_ylabel("macro-F1")
-        r = rho.get((task, probe))
-        title = f"{task} · {probe}" + (f"\nSpearman ρ = {r:.2f}" if r is not None and np.isfinite(r) else "")
-        ax.set_title(title, fontsize=9.5)
-    fig.suptitle("Encoder ranking: in-domain vs target (#k = rank, 1 = best)", fontsize=10.5)
-    fig.tight_layout()
-    return _png(fig)
+    with plots.style():
+        fig = plots.figure(3.6 * cols, 3.2 * rows)
+        for i, ((task, probe), g) in enumerate(groups):
+            _rank_panel(fig.add_subplot(rows, cols, i + 1), g, colors, task, probe, rho.get((task, probe)))
+        fig.suptitle("Encoder ranking: in-domain vs target (#k = rank, 1 = best)", fontsize=10.5)
+        fig.tight_layout()
+        return plots.png(fig, tight=True)
+
+
+def _rank_panel(ax, g: pd.DataFrame, colors: dict[str, str], task: str, probe: str, r: float | None) -> None:
+    ax.set_axisbelow(True)
+    for row in g.itertuples():
+        c = colors[row.model]
+        ax.plot([0, 1], [row.id_f1_macro, row.f1_macro], color=c, lw=1.8, marker="o", ms=5)
+        ax.annotate(f"{row.model} (#{int(row.target_rank)})", (1, row.f1_macro), xytext=(6, 0),
+                    textcoords="offset points", va="center", fontsize=8, color=c)
+        ax.annotate(f"#{int(row.id_rank)}", (0, row.id_f1_macro), xytext=(-6, 0), textcoords="offset points",
+                    va="center", ha="right", fontsize=8, color=c)
+    ax.set_xticks([0, 1])
+    ax.set_xticklabels(["in-domain\n(source held-out)", "target"])
+    ax.set_xlim(-0.35, 1.7)
+    ax.set_ylabel("macro-F1")
+    title = f"{task} · {probe}" + (f"\nSpearman ρ = {r:.2f}" if r is not None and np.isfinite(r) else "")
+    ax.set_title(title, fontsize=9.5)
 
 
 def gain_figure(methods: pd.DataFrame | None, full: pd.DataFrame | None) -> bytes | None:
@@ -159,26 +145,27 @@ def gain_figure(methods: pd.DataFrame | None, full: pd.DataFrame | None) -> byte
         return None
     d = d.reset_index(drop=True)
     y = np.arange(len(d))[::-1]
-    fig = _figure(6.4, 0.9 + 0.32 * len(d))
-    ax = fig.add_subplot(1, 1, 1)
-    _axes_style(ax)
     mean = d["mean_gain"].to_numpy(dtype=float)
     colors = [plots.RAW if v < 0 else plots.SCALED for v in mean]
-    ax.barh(y, mean, color=colors, alpha=0.8, height=0.6)
     err = np.vstack([mean - lo.to_numpy(dtype=float), hi.to_numpy(dtype=float) - mean])
-    ax.errorbar(mean, y, xerr=np.clip(err, 0, None), fmt="none", ecolor=plots.INK, elinewidth=1, capsize=3)
-    ax.axvline(0, color=plots.MUTED, lw=1)
-    ax.set_yticks(y)
-    ax.set_yticklabels(d["label"], fontsize=8.5)
-    ax.set_xlabel(f"macro-F1 gain over the unadapted probe (bar: mean; whiskers: {what})")
-    ax.set_title("Test-time adaptation: mean gain per method", fontsize=10.5)
-    fig.tight_layout()
-    return _png(fig)
+    with plots.style():
+        fig = plots.figure(6.4, 0.9 + 0.32 * len(d))
+        ax = fig.add_subplot(1, 1, 1)
+        ax.set_axisbelow(True)
+        ax.barh(y, mean, color=colors, alpha=0.8, height=0.6)
+        ax.errorbar(mean, y, xerr=np.clip(err, 0, None), fmt="none", ecolor=plots.INK, elinewidth=1, capsize=3)
+        ax.axvline(0, color=plots.MUTED, lw=1)
+        ax.set_yticks(y)
+        ax.set_yticklabels(d["label"], fontsize=8.5)
+        ax.set_xlabel(f"macro-F1 gain over the unadapted probe (bar: mean; whiskers: {what})")
+        ax.set_title("Test-time adaptation: mean gain per method", fontsize=10.5)
+        fig.tight_layout()
+        return plots.png(fig, tight=True)
 
 
 # --------------------------------------------------------------------------- sections
 def _table(df: pd.DataFrame | None, cols: list[str] | None = None, n: int = 40) -> str:
-    from prism_plugin.report.basic import markdown_table
+    from prism_plugin.report.markdown import markdown_table
 
     if df is None or df.empty:
         return "_(not available)_"
@@ -190,6 +177,7 @@ def _table(df: pd.DataFrame | None, cols: list[str] | None = None, n: int = 40) 
 def audit_sections(view) -> list:
     """The audit's report sections (empty when the view holds no audit tables)."""
     from prism_plugin.report import plots
+    from prism_plugin.report.basic import NO_MPL as no_mpl
     from prism_plugin.report.sections import ReportSection
 
     def t(name: str) -> pd.DataFrame | None:
@@ -201,7 +189,6 @@ def audit_sections(view) -> list:
         return []
     head = view.headline.get("audit", {}) if isinstance(view.headline.get("audit"), Mapping) else {}
     mpl = plots.available()
-    no_mpl = "figures need matplotlib, which is not installed: pip install 'prism-plugin[report]'"
     sections = []
 
     intro = []
@@ -220,7 +207,7 @@ def audit_sections(view) -> list:
                           "id_best_target_rank", "target_best", "dethroned", "regret_id_accuracy"]),
         "**Per encoder** (`rank_matrix.csv`):",
         _table(matrix, ["task", "probe", "model", "n_seeds", "id_f1_macro", "f1_macro", "relative_gap", "id_rank",
-                        "target_rank"])]), order=ORDER, key="audit-rank",
+                        "target_rank"])]), order=ORDER, key=SECTION_PREFIX + "rank",
         summary="in-domain vs target ranking of encoders")
     if mpl:
         rank.figures["audit-rank-transfer.png"] = rank_figure(matrix, transfer)
@@ -236,7 +223,7 @@ def audit_sections(view) -> list:
         sections.append(ReportSection("Calibration transfer across domains", "\n\n".join([
             "Top-label ECE, adaptive ECE, NLL and multiclass Brier per calibration arm, averaged over encoder × "
             "target cells; `cells_ece_improved` counts the cells where the arm lowers the raw probe's ECE.",
-            _table(cal)]), order=ORDER + 1, key="audit-calibration", summary="temperature and CBR arms"))
+            _table(cal)]), order=ORDER + 1, key=SECTION_PREFIX + "calibration", summary="temperature and CBR arms"))
 
     methods, full = t("adaptation_methods"), t("adaptation_full")
     if methods is not None or full is not None:
@@ -250,8 +237,8 @@ def audit_sections(view) -> list:
                                        "upper_bound"])]
         if full is not None:
             parts += ["**On the whole target** (its own class prior), over encoders:", _table(full)]
-        sec = ReportSection("Test-time adaptation", "\n\n".join(parts), order=ORDER + 2, key="audit-adaptation",
-                            summary="gain per method, range, cells hurt")
+        sec = ReportSection("Test-time adaptation", "\n\n".join(parts), order=ORDER + 2,
+                            key=SECTION_PREFIX + "adaptation", summary="gain per method, range, cells hurt")
         if mpl:
             png = gain_figure(methods, full)
             if png is not None:
@@ -269,7 +256,7 @@ def audit_sections(view) -> list:
             "encoder by it, on the whole target (`target`), balanced and skewed class priors; `id_acc` is selection "
             "by in-domain accuracy.", _table(selectors),
             f"Per task and prior: `selector_regret.csv` ({0 if regret is None else len(regret)} rows)."]),
-            order=ORDER + 3, key="audit-selection", summary="selector Spearman and regret"))
+            order=ORDER + 3, key=SECTION_PREFIX + "selection", summary="selector Spearman and regret"))
 
     pb, diag = t("paired_bootstrap"), t("diagnostics")
     if pb is not None or diag is not None:
@@ -281,7 +268,7 @@ def audit_sections(view) -> list:
         if diag is not None:
             parts += ["**Diagnostics** (domain decodability, mean-direction projection):", _table(diag)]
         sections.append(ReportSection("Encoder differences and shift diagnostics", "\n\n".join(parts),
-                                      order=ORDER + 4, key="audit-bootstrap"))
+                                      order=ORDER + 4, key=SECTION_PREFIX + "bootstrap"))
     return sections
 
 
@@ -291,22 +278,25 @@ def report_sections(view):
     return sections or None
 
 
-def to_markdown(sections: list, headline: Mapping[str, Any], notes: list[str], figures_dir: str = "figures") -> str:
-    """``audit.md``: the audit sections' Markdown, figures linked from ``figures_dir``."""
+def is_audit_section(section) -> bool:
+    """Whether a report section is one of :func:`audit_sections`' (by its key)."""
+    return str(getattr(section, "key", "") or "").startswith(SECTION_PREFIX)
+
+
+def to_markdown(sections: list, headline: Mapping[str, Any], figures_dir: str = "figures") -> str:
+    """``audit.md``: the audit headline (``headline["notes"]`` as notes) and the audit sections'
+    Markdown (:func:`prism_plugin.report.build.render_sections_md`), figures linked from ``figures_dir``."""
+    from prism_plugin.report.build import render_sections_md
+
     parts = ["# Acquisition-shift audit\n",
              f"{headline.get('n_runs', '?')} runs; models: {', '.join(map(str, headline.get('models', [])))}; "
              f"tasks: {', '.join(map(str, headline.get('tasks', [])))}; "
              f"probes: {', '.join(map(str, headline.get('probes', [])))}.\n"]
-    parts += [f"> note: {n}\n" for n in notes]
-    for s in sections:
-        parts.append(f"\n## {s.title}\n")
-        parts += [f"> **Not shown:** {line}\n" for line in s.not_shown]
-        parts.append(s.body.rstrip() + "\n")
-        for name in s.figures:
-            cap = s.captions.get(name, "")
-            parts.append(f"![{cap or name}]({figures_dir}/{name})\n")
+    parts += [f"> note: {n}\n" for n in headline.get("notes", ())]
+    parts += render_sections_md(sections, figures_dir)
     return "\n".join(parts)
 
 
-__all__ = ["PREFIX", "audit_options", "audit_sections", "gain_figure", "rank_figure", "report_sections", "stem",
-           "summarize", "to_markdown"]
+__all__ = ["INTERNAL_KEYS", "NOTE_PREFIX", "PREFIX", "SECTION_PREFIX", "USER_KEYS", "audit_options",
+           "audit_sections", "gain_figure", "is_audit_section", "rank_figure", "report_sections", "stem", "summarize",
+           "to_markdown"]

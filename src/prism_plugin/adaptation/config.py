@@ -42,29 +42,28 @@ DEFAULT_PRIORS = {"names": ["balanced", "mild", "clinical", "neutrophil_heavy"],
 Fail = Callable[[str, str], Exception]
 
 
-def registry(host=None):
-    """The adaptation registry of ``host`` (default: the shared plugin host)."""
-    from prism_plugin.plugins import host_or_shared
-
-    host = host_or_shared(host)
-    return host.adaptation
-
-
 def names(role: str | None = None, host=None) -> tuple[str, ...]:
     """Registered adaptation names (of one ``role``), in registration order."""
-    return tuple(e.name for e in registry(host).entries() if role is None or e.meta.get("role") == role)
+    from prism_plugin.plugins import host_or_shared  # not at module level: the task schema imports this module
+
+    entries = host_or_shared(host).adaptation.entries()
+    return tuple(e.name for e in entries if role is None or e.meta.get("role") == role)
 
 
 def default_names(host=None) -> tuple[str, ...]:
     """What a transfer run computes without an ``adaptation:`` key: every ``default=True`` entry."""
-    return tuple(e.name for e in registry(host).entries() if e.meta.get("default", True))
+    from prism_plugin.plugins import host_or_shared
+
+    return tuple(e.name for e in host_or_shared(host).adaptation.entries() if e.meta.get("default", True))
 
 
 def check_adaptation(value: Any, fail: Fail, host=None) -> tuple[str, ...]:
     """A list of registered adaptation names (any role; aliases resolved, duplicates removed, order kept)."""
     if value is None:
         return ()
-    reg = registry(host)
+    from prism_plugin.plugins import host_or_shared
+
+    reg = host_or_shared(host).adaptation
     known = reg.names()
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise fail("adaptation", f"must be a list of names from {', '.join(known)}, got {value!r}")

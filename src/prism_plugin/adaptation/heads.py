@@ -50,7 +50,7 @@ Settings a shared PRISM include sets for the logistic probe (``C``, ``max_iter``
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 from scipy.special import expit
@@ -283,12 +283,21 @@ def cosine_centroid(seed: int = 0, **settings) -> CentroidHead:
     return head
 
 
+class HeadSpec(NamedTuple):
+    """A head factory and its registered traits."""
+
+    factory: Callable[..., Any]
+    #: ``linear_params()`` gives the head's (W, b): SHOT-IM can adapt it
+    linear: bool
+
+
+#: kind -> (factory, traits), registered by :mod:`prism_plugin.adaptation.plugin` in this order
 HEADS = {
-    "logistic_std": StandardisedLogistic,
-    "knn1": OneNNHead,
-    "centroid": CentroidHead,
-    "centroid_cos": cosine_centroid,
-    "linear_svm": LinearSVMHead,
+    "logistic_std": HeadSpec(StandardisedLogistic, linear=True),
+    "knn1": HeadSpec(OneNNHead, linear=False),
+    "centroid": HeadSpec(CentroidHead, linear=True),
+    "centroid_cos": HeadSpec(cosine_centroid, linear=True),
+    "linear_svm": HeadSpec(LinearSVMHead, linear=True),
 }
 
 

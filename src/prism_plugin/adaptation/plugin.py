@@ -45,10 +45,13 @@ from prism_plugin.adaptation import selection as sel
 from prism_plugin.adaptation import stats
 from prism_plugin.adaptation import config
 from prism_plugin.adaptation.heads import HEADS
-from prism_plugin.adaptation.tta import BUILTIN_METHODS, AdaptationInputs, adapt, cbr_outputs, source_moments
-from prism_plugin.hookspecs import hookimpl
 from prism_plugin.adaptation.stats import macro_f1 as f1_macro
+from prism_plugin.adaptation.tta import (BUILTIN_METHODS, AdaptationInputs, cbr_outputs, resolve_method, run_method,
+                                         source_moments)
+from prism_plugin.errors import UnknownNameError
+from prism_plugin.hookspecs import hookimpl
 from prism_plugin.metrics.core import nll
+from prism_plugin.plugins import host_or_shared
 from prism_plugin.results import atomic_write_bytes
 
 NAN = float("nan")
@@ -57,8 +60,9 @@ DECODABILITY_DRAWS = 3
 
 @hookimpl
 def register_heads(register) -> None:
-    for kind, factory in HEADS.items():
-        register(kind, factory, linear=kind != "knn1", description=(factory.__doc__ or "").strip().split("\n")[0])
+    for kind, spec in HEADS.items():
+        register(kind, spec.factory, linear=spec.linear,
+                 description=(spec.factory.__doc__ or "").strip().split("\n")[0])
 
 
 #: what the analyses and diagnostics of this plugin compute (``prism-run ls adaptation``)
@@ -81,15 +85,6 @@ def register_adaptation(register) -> None:
         register(name, role=role, default=default, description=description)
 
 
-def _host(run):
-    """The plugin host that runs this grid (``run.host``), else the shared one."""
-    host = getattr(run, "host", None)
-    from prism_plugin.plugins import host_or_shared
-
-    host = host_or_shared(host)
-    return host
-
-
 def selected_analyses(meta: Mapping[str, Any], host=None) -> tuple[str, ...]:
     """What this run computes: the task's ``adaptation`` list, else every ``default=True`` entry."""
     chosen = meta.get("adaptation")
@@ -110,7 +105,7 @@ def run_metrics(run) -> Mapping[str, Any] | None:
     feats = run.features
     if feats is None:
         return None
-    host = _host(run)
+    host = host_or_shared(getattr(run, "host", None))  # the host that runs this grid, else the shared one
     chosen = selected_analyses(run.meta, host)
     if not chosen:
         return None
@@ -122,7 +117,7 @@ class AuditRun:
 
     def __init__(self, run, chosen: tuple[str, ...], host=None):
         self.run, self.chosen = run, chosen
-        self.host = _host(run) if host is None else host
+        self.host = host_or_shared(getattr(run, "host", None) if host is None else host)
         feats = run.features
         self.X = np.asarray(feats.test_X, dtype=np.float32)
         self.y = np.asarray(run.y_test, dtype=np.int64)
@@ -135,20 +130,27 @@ class AuditRun:
         self.val_pred = None if val is None else np.asarray(val.logits).argmax(axis=1)
         self.val_y = None if val is None else np.asarray(val.labels, dtype=np.int64)
         kind = getattr(feats, "head_kind", "") or ""
-        heads = self.host.registry("heads")
-        linear = bool(self.host.head_traits(kind).get("linear")) if kind and kind in heads else None
+        linear = None  # unknown head kind: shot_im probes the head
+        if kind:
+            try:
+                linear = bool(self.host.head_traits(kind).get("linear"))
+            except UnknownNameError:
+                pass
         self.inputs = AdaptationInputs(head=feats.head, source=self.source, n_classes=self.k,
                                        val_pred=self.val_pred, val_y=self.val_y, seed=run.seed,
                                        head_kind=kind, head_linear=linear)
         self.base_proba = np.asarray(run.proba_test, dtype=np.float64)
         self.f1_base = f1_macro(self.y, self.base_proba.argmax(axis=1))
         self.cache: dict = {}
+        #: the chosen methods, registry order, resolved once for every batch they adapt
+        self.methods = {m: resolve_method(m, self.host) for m in config.names("method", self.host)
+                        if m in self.chosen}
 
     def columns(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         out["id_f1_macro"] = NAN if self.val_y is None else f1_macro(self.val_y, self.val_pred)
         out["id_accuracy"] = NAN if self.val_y is None else float(np.mean(self.val_pred == self.val_y))
-        methods = [m for m in config.names("method", self.host) if m in self.chosen]
+        methods = list(self.methods)
         for m in methods:
             a = self.adapt(m, self.X, base_proba=self.base_proba, y_true=self.y, cache=self.cache)
             if a.proba is None:
@@ -175,7 +177,7 @@ class AuditRun:
         return out
 
     def adapt(self, method: str, X: np.ndarray, *, base_proba: np.ndarray, y_true: np.ndarray, cache: dict):
-        return adapt(method, X, self.inputs, base_proba=base_proba, y_true=y_true, cache=cache, host=self.host)
+        return run_method(self.methods[method], X, self.inputs, base_proba=base_proba, y_true=y_true, cache=cache)
 
     # -- calibration transfer ---------------------------------------------------------------
     def _cbr_logits(self) -> np.ndarray:

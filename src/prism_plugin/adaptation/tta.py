@@ -42,17 +42,20 @@ method         target statistics / action
 Every method is a function ``method(X, inputs, *, base_proba, y_true, cache) -> Adapted`` registered
 in the adaptation registry (``register_adaptation`` hook; the built-ins by
 :mod:`prism_plugin.adaptation.plugin`, in the order of :data:`BUILTIN_METHODS`); :func:`adapt`
-dispatches through it, so a plugin's method runs exactly like a built-in.
+dispatches through it, so a plugin's method runs exactly like a built-in. A caller that adapts
+many batches resolves the method once (:func:`resolve_method`) and runs it per batch
+(:func:`run_method`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from prism_plugin.adaptation.heads import head_space, linear_params
+from prism_plugin.errors import PrismError
 from prism_plugin.metrics.core import softmax
 
 SHOT_STEPS = 10
@@ -322,44 +325,60 @@ BUILTIN_METHODS = {
 }
 
 
-def adapt(method: str, X: np.ndarray, inputs: AdaptationInputs, *, base_proba: np.ndarray | None = None,
-          y_true: np.ndarray | None = None, cache: dict | None = None, host=None) -> Adapted:
-    """Apply the registered adaptation ``method`` to the target batch ``X``.
+@dataclass(frozen=True)
+class Method:
+    """A registered adaptation method, looked up once (:func:`resolve_method`)."""
 
-    The method is looked up in the adaptation registry of ``host`` (default: the shared host);
-    an unknown name raises :class:`~prism_plugin.errors.UnknownNameError`. ``y_true`` reaches only
-    methods registered with ``needs_labels=True`` (``oracle_cb``).
-    """
-    from prism_plugin.errors import PrismError
+    name: str
+    fn: Callable[..., Adapted]
+    origin: str = ""
+    needs_labels: bool = False
 
+
+def resolve_method(method: str, host=None) -> Method:
+    """The adaptation ``method`` (a name or alias) of the registry of ``host`` (default: the shared
+    host); an unknown name raises :class:`~prism_plugin.errors.UnknownNameError`, an entry that is
+    not a method (an analysis, a diagnostic) a :class:`~prism_plugin.errors.PrismError`."""
     from prism_plugin.plugins import host_or_shared
 
-    host = host_or_shared(host)
-    registry = host.adaptation
+    registry = host_or_shared(host).adaptation
     entry = registry.entry(method)
     role = entry.meta.get("role", "method")
     if role != "method":
         raise PrismError(f"adaptation {entry.name!r} is an {role}, not a method: it has no adapt step")
-    fn = registry.get(entry.name)
+    return Method(entry.name, registry.get(entry.name), entry.origin, bool(entry.meta.get("needs_labels")))
+
+
+def run_method(method: Method, X: np.ndarray, inputs: AdaptationInputs, *, base_proba: np.ndarray | None = None,
+               y_true: np.ndarray | None = None, cache: dict | None = None) -> Adapted:
+    """Apply a resolved method to the target batch ``X``; ``y_true`` reaches it only when it was
+    registered with ``needs_labels=True`` (``oracle_cb``). Its output is checked."""
     cache = {} if cache is None else cache
     if base_proba is None:
         base_proba = _evaluate(inputs.head, X)[1]
-    labels = y_true if entry.meta.get("needs_labels") else None
+    labels = y_true if method.needs_labels else None
     try:
-        out = fn(X, inputs, base_proba=base_proba, y_true=labels, cache=cache)
+        out = method.fn(X, inputs, base_proba=base_proba, y_true=labels, cache=cache)
     except PrismError:
         raise
     except Exception as exc:
-        raise PrismError(f"adaptation method {entry.name!r} (registered by {entry.origin}) failed: "
+        raise PrismError(f"adaptation method {method.name!r} (registered by {method.origin}) failed: "
                          f"{type(exc).__name__}: {exc}") from exc
     if not isinstance(out, Adapted):
-        raise PrismError(f"adaptation method {entry.name!r} (registered by {entry.origin}) returned a "
+        raise PrismError(f"adaptation method {method.name!r} (registered by {method.origin}) returned a "
                          f"{type(out).__name__}; return prism_plugin.adaptation.tta.Adapted(name, proba, decision)")
     if out.proba is not None:
         proba = np.asarray(out.proba, dtype=np.float64)
         if proba.shape != (len(X), inputs.n_classes):
-            raise PrismError(f"adaptation method {entry.name!r} (registered by {entry.origin}) returned "
+            raise PrismError(f"adaptation method {method.name!r} (registered by {method.origin}) returned "
                              f"probabilities of shape {proba.shape}, expected {(len(X), inputs.n_classes)}")
         out.proba = proba
-    out.method = entry.name
+    out.method = method.name
     return out
+
+
+def adapt(method: str, X: np.ndarray, inputs: AdaptationInputs, *, base_proba: np.ndarray | None = None,
+          y_true: np.ndarray | None = None, cache: dict | None = None, host=None) -> Adapted:
+    """Apply the registered adaptation ``method`` to the target batch ``X``: :func:`resolve_method`
+    in the registry of ``host`` (default: the shared host), then :func:`run_method`."""
+    return run_method(resolve_method(method, host), X, inputs, base_proba=base_proba, y_true=y_true, cache=cache)

@@ -45,6 +45,13 @@ def host_of(args: Any):
     return get_host(getattr(args, "disable", None) or ())
 
 
+def print_rows(header, rows) -> None:
+    """Print ``rows`` under ``header`` as left-aligned columns two spaces apart (``ls``, ``cache ls``)."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
 @hookimpl
 def register_commands(register) -> None:
     for name, (module, help_text) in BUILTIN_COMMANDS.items():

@@ -43,10 +43,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from prism_plugin.adaptation import audit, audit_plugin
     from prism_plugin.commands import host_of
-    from prism_plugin.report.build import FIGURES, build_view, write_report
+    from prism_plugin.report.build import (FIGURES, build_view, compute_summaries, models_title, summary_options,
+                                           write_view)
     from prism_plugin.results import atomic_write_text, dumps, write_csv
-    from prism_plugin.summaries.engine import plugin_name_of, run_summaries, summary_plugins
-    from prism_plugin.tables import SummaryOutput, tables_from_results
+    from prism_plugin.summaries.engine import plugin_name_of, run_summaries
+    from prism_plugin.tables import tables_from_results
 
     if args.bootstrap < 100:
         raise PrismError(f"--bootstrap {args.bootstrap}: use at least 100 resamples (the audit uses 4000)")
@@ -64,42 +65,29 @@ def run(args) -> int:
     files = audit.result_files(args.results_dirs)
     dirs = [f.parent for f in files]
     run_tables = tables_from_results(files, host)
-    options = {"results_dirs": dirs, "audit": {"fraction": args.fraction, "bootstrap": args.bootstrap,
-                                               "seed": args.seed, "compare": compare, "host": host}}
-    summaries = run_summaries(run_tables, options, host, only=[name])  # the audit itself: errors stop here
-    headline = dict(summaries.headline.get("audit", {}))
-    notes = [n[len("audit: "):] if n.startswith("audit: ") else n for n in summaries.notes]
-    report_notes: list[str] = []
-    for other in summary_plugins(host):  # the rest of the report's summaries: a failure is a note
-        if other == name:
-            continue
-        try:
-            summaries.merge(run_summaries(run_tables, options, host, only=[other]), other)
-        except PrismError as exc:
-            report_notes.append(f"summary plugin {other!r} failed, its tables are missing: {exc}")
+    # the report's option defaults (band metrics, binary logit convention), for every summary
+    options, option_notes = summary_options({"results_dirs": dirs}, host, dirs)
+    audit_opts = {"fraction": args.fraction, "bootstrap": args.bootstrap, "seed": args.seed, "compare": compare,
+                  "host": host}
+    # the audit itself first: its errors stop the command
+    summaries = run_summaries(run_tables, {**options, "audit": audit_opts}, host, only=[name])
+    # the rest of the report's summaries (the audit plugin, not asked, adds nothing): a failure is a note
+    summaries, failed = compute_summaries(run_tables, options, host, into=summaries)
+    summaries.notes.extend(option_notes + failed)
+    headline = summaries.headline["audit"]  # audit.json: the headline numbers, the tables written, the notes
     out = args.output or (args.results_dirs[0] / "audit")
-    written = []
-    for table in audit.TABLES:
-        df = summaries.tables.get(audit_plugin.stem(table))
-        if df is None or df.empty:
-            continue
-        write_csv(out / f"{table}.csv", df)
-        written.append(table)
-    headline["tables"] = written
-    headline["notes"] = notes
+    for table in headline["tables"]:
+        write_csv(out / f"{table}.csv", summaries.tables[audit_plugin.stem(table)])
     atomic_write_text(out / "audit.json", dumps(headline))
-    title = f"Acquisition-shift audit: {', '.join(headline.get('models', [])[:4])}" + (
-        " …" if len(headline.get("models", [])) > 4 else "")
-    report_only = SummaryOutput(dict(summaries.tables), dict(summaries.headline), list(summaries.notes) + report_notes)
-    view = build_view(out, host, sources=dirs, run_tables=run_tables, summaries=report_only, tables_dir=out,
-                      options=options, title=title, write_tables=False)
-    atomic_write_text(out / "audit.md", audit_plugin.to_markdown(audit_plugin.audit_sections(view), headline, notes,
-                                                                 FIGURES))
-    target = write_report(out, host, sources=dirs, run_tables=run_tables, summaries=report_only, tables_dir=out,
-                          options=options, title=title)
+    view = build_view(out, host, sources=dirs, run_tables=run_tables, summaries=summaries, tables_dir=out,
+                      options={**options, "audit": audit_opts},
+                      title=models_title("Acquisition-shift audit", headline["models"]))
+    target, sections = write_view(view, host)
+    audit_md = audit_plugin.to_markdown([s for s in sections if audit_plugin.is_audit_section(s)], headline, FIGURES)
+    atomic_write_text(out / "audit.md", audit_md)
     print(f"audit of {headline['n_runs']} runs ({len(headline['models'])} models, {len(headline['tasks'])} tasks): "
-          f"{', '.join(written)}")
-    for note in notes:
+          f"{', '.join(headline['tables'])}")
+    for note in headline["notes"]:
         print(f"note: {note}")
     print(f"tables: {out}")
     print(f"report: {target}")

@@ -19,13 +19,14 @@ import argparse
 import json
 from pathlib import Path
 
+from prism_plugin.commands import print_rows
 from prism_plugin.embed.cache import CacheEntry, EmbeddingCache
 from prism_plugin.errors import PrismError
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("cache", help="list, verify or remove embedding cache entries",
-                              description="Inspect the embedding cache ($PRISM_CACHE_DIR or ~/.cache/prism-plugin).")
+    p = subparsers.add_parser(
+        "cache", description="Inspect the embedding cache ($PRISM_CACHE_DIR or ~/.cache/prism-plugin).")
     sub = p.add_subparsers(dest="cache_command", required=True, metavar="{ls,verify,rm}")
 
     def common(q: argparse.ArgumentParser) -> None:
@@ -102,9 +103,7 @@ def cmd_ls(args) -> int:
             shape = f"{i.get('shards', 0)} shard(s)"
         rows.append((i["key"][:12], i["state"], i.get("task") or "-", i.get("split") or "-", i.get("adapter") or "-",
                      shape, _size(i["size_bytes"]), i.get("created") or i.get("modified") or "-"))
-    widths = [max(len(str(r[c])) for r in [header, *rows]) for c in range(len(header))]
-    for r in [header, *rows]:
-        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
+    print_rows(header, rows)
     total = sum(i["size_bytes"] for i in infos)
     n_complete = sum(i["state"] == "complete" for i in infos)
     print(f"{len(infos)} entries ({n_complete} complete), {_size(total)} in {cache.root / 'embeddings'}")

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from prism_plugin.commands import host_of
 from prism_plugin.errors import PrismError
 from prism_plugin.tables import RunTables, tables_from_results
 
@@ -35,8 +36,8 @@ FEWSHOT_TOLERANCE = 0.02
 INDOMAIN_COLUMNS = ["model", "dataset", "fraction", "seed", "auroc", "ece_fixed", "ece_scaled_fixed"]
 TRANSFER_COLUMNS = ["model", "src", "tgt", "pair", "fraction", "seed", "auroc"]
 YOURS = " *"
-#: Described metrics (``register_metrics`` compare=True) that the table already shows, by column.
-BUILTIN_COMPARE = {"auroc": "auroc", "ece_fixed": "ece", "ece_scaled_fixed": "ece_scaled"}
+#: Described metrics (``register_metrics`` compare=True) that the table already shows.
+BUILTIN_COMPARE = frozenset({"auroc", "ece_fixed", "ece_scaled_fixed"})
 
 
 #: Shown in --help only (the rule is looked up in prism_plugin.summaries.cri.AGGREGATIONS at run
@@ -48,7 +49,6 @@ AGGREGATION_HELP = "multiplicative (default), arithmetic, geometric, worst_axis"
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "compare",
-        help="rank your model(s) among the reference models by CRI, with AUROC, ECE and OOD stability",
         description="Rank the models of RESULTS_DIR (runs.csv files, searched recursively) among the reference "
                     "models by the Composite Reliability Index (PROTOCOL §6.2), a screening heuristic: read it "
                     "with its three components.",
@@ -76,26 +76,18 @@ def _subset(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return out[columns]
 
 
-def _model_means(indomain: pd.DataFrame, fraction: float, column: str) -> pd.Series:
-    """Per model: mean over its datasets of the seed-mean ``column`` at ``fraction`` (PROTOCOL §6.2)."""
-    from prism_plugin.summaries.cri import fraction_mask
-
-    rows = indomain.loc[fraction_mask(indomain, fraction)]
-    cells = rows.groupby(["model", "dataset"], sort=False)[column].mean()
-    return cells.groupby(level="model", sort=False).mean()
-
-
-def _model_aggregates(indomain: pd.DataFrame, fraction: float, info) -> pd.Series:
-    """Per model: the mean over its datasets of the seed aggregate of ``info.column`` (its
-    description's aggregation) at ``fraction``; models without a value are absent."""
-    from prism_plugin.results import aggregate
+def _model_aggregates(indomain: pd.DataFrame, fraction: float, column: str, how: str = "mean") -> pd.Series:
+    """Per model: the mean over its datasets of the seed aggregate (``how``, a description's
+    aggregation; PROTOCOL §6.2 uses the seed mean) of ``column`` at ``fraction``; models without a
+    value are absent."""
+    from prism_plugin.results import AGGREGATORS
     from prism_plugin.summaries.cri import fraction_mask
 
     rows = indomain.loc[fraction_mask(indomain, fraction)]
     if "dataset" not in rows.columns:
         rows = rows.assign(dataset="")
-    cells = rows.groupby(["model", "dataset"], sort=False)[info.column].agg(
-        lambda v: aggregate(v, info.aggregation))
+    values = pd.to_numeric(rows[column], errors="coerce")
+    cells = AGGREGATORS[how](values.groupby([rows["model"], rows["dataset"]], sort=False))
     return cells.groupby(level="model", sort=False).mean().dropna()
 
 
@@ -220,7 +212,7 @@ def transfer_report(model: str, indomain: pd.DataFrame, transfer: pd.DataFrame, 
 
 
 # --------------------------------------------------------------------------- command
-def run(args, host=None) -> int:
+def run(args) -> int:
     from prism_plugin.commands.reference import format_table, resolve_reference
     from prism_plugin.reference_data import PAPER_CRI_FRACTIONS
     from prism_plugin.summaries import cri
@@ -230,10 +222,7 @@ def run(args, host=None) -> int:
         raise PrismError(f"--fraction {fraction}: must be a label fraction in (0, 1], e.g. 1.0 or 0.01")
     cri.get_aggregation(args.aggregation)  # unknown rule -> one-line error with suggestions
 
-    if host is None:
-        from prism_plugin.commands import host_of
-
-        host = host_of(args)
+    host = host_of(args)
     user = tables_from_results(args.results_dirs, host)
     if user.indomain is None:
         raise PrismError(
@@ -292,7 +281,7 @@ def run(args, host=None) -> int:
     combined = pd.concat([_subset(ref_ind, INDOMAIN_COLUMNS), _subset(user_ind, INDOMAIN_COLUMNS)],
                          ignore_index=True)
     table = cri.cri_variants(combined, resolved["ood_stability"], fraction, imputed=resolved["imputed"])
-    table.insert(1, "ece", _model_means(combined, fraction, "ece_fixed").reindex(table.index))
+    table.insert(1, "ece", _model_aggregates(combined, fraction, "ece_fixed").reindex(table.index))
     table["stability_source"] = resolved["source"].reindex(table.index).replace(
         {"measured": "measured", "default": "imputed (ref. mean)", "user": "imputed (user)", "mean": "imputed (mean)",
          "none": "none"})
@@ -302,7 +291,7 @@ def run(args, host=None) -> int:
     extra_columns: list[tuple[str, str]] = []
     for d in compare_metrics(host, user_ind):
         name = d.column if d.column not in ranked.columns else f"metric_{d.column}"
-        values = _model_aggregates(user_ind, fraction, d.info)
+        values = _model_aggregates(user_ind, fraction, d.column, d.info.aggregation)
         ranked[name] = values.reindex(ranked.index)
         how = "" if d.info.aggregation == "mean" else f" ({d.info.aggregation})"
         extra_columns.append((name, f"{d.info.label}{how}" + (f" {d.info.arrow}" if d.info.arrow else "")))

@@ -87,7 +87,7 @@ def run(args) -> int:
                       num_workers=args.num_workers, limit=args.limit, allow_size_mismatch=args.allow_size_mismatch,
                       progress=not args.quiet, report=False)
     for task in tasks:
-        embs = load_model_embeddings(task, adapters, opts, split=args.split)
+        embs = load_model_embeddings(task, adapters, opts, split=args.split, host=host)
         n = next(iter(embs.values())).shape[0]
         keep = subsample(n, args.max_samples)
         if args.k >= len(keep):

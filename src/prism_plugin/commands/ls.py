@@ -19,59 +19,19 @@ from __future__ import annotations
 
 import argparse
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
-from prism_plugin.commands import host_of
+from prism_plugin.commands import host_of, print_rows
 from prism_plugin.errors import UnknownNameError
+from prism_plugin.metrics.descriptions import USES
 
-#: ``ls`` name -> (host registry name or None for the non-registry listings, what it holds)
-LISTINGS: dict[str, tuple[str | None, str]] = {
-    "adapters": ("adapters", "--model names: image encoders and embedding readers"),
-    "heads": ("heads", "probe heads (--probe KIND, a task's probe.kind)"),
-    "sources": ("sources", "dataset readers (a task's source.type)"),
-    "adaptation": ("adaptation", "test-time adaptation methods, analyses and diagnostics (a task's adaptation:)"),
-    "metrics": ("metrics", "per-run metric columns: direction, aggregation, where they are shown"),
-    "tables": ("tables", "per-run table kinds of the results layout: file and required columns"),
-    "task-keys": ("task_keys", "task YAML keys owned by plugins"),
-    "commands": ("commands", "prism-run subcommands"),
-    "tasks": (None, "--task names: the YAML catalogue and --include-path folders"),
-    "groups": (None, "task groups (--task GROUP runs every member)"),
-    "plugins": (None, "loaded plugins with their hooks (disable one with --disable NAME)"),
-}
 ALIASES = {"task_keys": "task-keys", "probe-heads": "heads", "probes": "heads", "models": "adapters"}
 
 PER_MODEL = "per model"
 AT_BUILD = "at build"
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
-        "ls", help="list a registry (adapters, heads, metrics, tasks, plugins, ...) with origins",
-        description="List what is available and where each entry comes from. Without REGISTRY: the registries.",
-        epilog="registries: " + ", ".join(LISTINGS))
-    p.add_argument("what", nargs="?", default=None, metavar="REGISTRY",
-                   help="one of " + ", ".join(LISTINGS) + " (default: list the registries)")
-    return p
-
-
-def run(args) -> int:
-    host = host_of(args)
-    if args.what is None:
-        return _registries(host, args)
-    what = ALIASES.get(args.what, args.what)
-    if what not in LISTINGS:
-        raise UnknownNameError("registry", args.what, LISTINGS, hint="`prism-run ls` lists them")
-    LISTERS[what](host, args)
-    return 0
-
-
-# --------------------------------------------------------------------------- table printing
-def print_rows(header, rows) -> None:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
-
-
+# --------------------------------------------------------------------------- cell helpers
 def _aliases(entry) -> str:
     return ", ".join(entry.aliases) or "-"
 
@@ -90,56 +50,14 @@ def _loaded(entry):
     return None if entry.lazy else entry.obj
 
 
-def _load(registry, entry):
-    try:
-        return registry.get(entry.name)
-    except Exception:  # noqa: BLE001 - a listing shows what it can; running the entry reports the error
-        return None
-
-
-# --------------------------------------------------------------------------- the registries
-def _registries(host, args) -> int:
-    rows = []
-    for name, (registry, what) in LISTINGS.items():
-        rows.append((name, _count(host, args, name, registry), what))
-    print_rows(("registry", "entries", "holds"), rows)
-    print("\n`prism-run ls REGISTRY` lists one, with where each entry comes from")
-    return 0
-
-
-def _count(host, args, name: str, registry: str | None) -> int:
-    if registry is not None:
-        return len(host.registry(registry))
-    if name == "plugins":
-        return len(host.infos)
-    from prism_plugin.tasks.index import default_index
-
-    index = default_index(host, args.include_path)
-    return len(index.groups() if name == "groups" else index.entries())
-
-
-def _plugins(host, args) -> None:
-    rows = [(i.name, ", ".join(i.hooks), i.origin) for i in host.infos.values()]
-    print_rows(("plugin", "hooks", "from"), rows)
-    if host.disabled:
-        print(f"disabled: {', '.join(sorted(host.disabled))}")
-
-
-def _tasks(host, args) -> None:
-    from prism_plugin.tasks.index import default_index
-
-    index = default_index(host, args.include_path)
-    rows = [(e.name, e.description[:60], str(e.file)) for e in sorted(index.entries().values(), key=lambda e: e.name)]
-    print_rows(("task", "description", "file"), rows)
-
-
-def _groups(host, args) -> None:
-    from prism_plugin.tasks.index import default_index
-
-    index = default_index(host, args.include_path)
-    rows = [(e.name, len(e.members), e.description[:60], str(e.file))
-            for e in sorted(index.groups().values(), key=lambda e: e.name)]
-    print_rows(("group", "members", "description", "file"), rows)
+def _object_path(entry) -> str:
+    if entry.ref:
+        return entry.ref
+    obj = entry.obj
+    if inspect.ismodule(obj):
+        return obj.__name__
+    name = getattr(obj, "__qualname__", None) or type(obj).__name__
+    return f"{getattr(obj, '__module__', '?')}:{name}"
 
 
 # -- adapters ------------------------------------------------------------------------------
@@ -246,92 +164,154 @@ def format_preprocessing(prep: Any) -> str:
     return str(prep)
 
 
-def _adapters(host, args) -> None:
-    reg = host.registry("adapters")
-    rows = []
-    for entry in sorted(reg.entries(), key=lambda e: e.name):
-        facts = adapter_facts(entry)
-        shown = entry.name + "<name>" if entry.name.endswith(":") else entry.name
-        rows.append((shown, facts["dim"], facts["preprocessing"], facts["licence"], _aliases(entry),
-                     entry.description, entry.origin))
-    print_rows(("adapter", "dim", "resize/crop interp mean-std", "licence", "aliases", "description", "from"), rows)
+def _adapter_name(entry) -> str:
+    return entry.name + "<name>" if entry.name.endswith(":") else entry.name
 
 
-# -- the other registries --------------------------------------------------------------------
-def _heads(host, args) -> None:
-    reg = host.registry("heads")
-    rows = [(e.name, _yes(e.meta.get("seed_invariant")), _yes(e.meta.get("linear")), _aliases(e),
-             _first_line(e.description or getattr(_loaded(e), "__doc__", "") or ""), e.origin)
-            for e in reg.entries()]
-    print_rows(("head", "seed_invariant", "linear", "aliases", "description", "from"), rows)
+# --------------------------------------------------------------------------- the listings
+Column = tuple[str, Callable[[Any], Any]]
+
+ALIASES_COLUMN: Column = ("aliases", _aliases)
+DESCRIPTION_COLUMN: Column = ("description", lambda e: _first_line(e.description))
 
 
-def _object_path(entry) -> str:
-    if entry.ref:
-        return entry.ref
-    obj = entry.obj
-    if inspect.ismodule(obj):
-        return obj.__name__
-    name = getattr(obj, "__qualname__", None) or type(obj).__name__
-    return f"{getattr(obj, '__module__', '?')}:{name}"
+class Listing(NamedTuple):
+    """One ``ls`` listing: the host registry it shows (None: not a registry), what it holds, and
+    its columns before "from" (a registry's rows are its entries; each column is ``(header,
+    cell(entry))``). ``lister`` prints a listing that is not a registry (tasks, groups, plugins)."""
+
+    registry: str | None
+    holds: str
+    columns: tuple[Column, ...] = ()
+    lister: Callable[[Any, Any], None] | None = None
+    by_name: bool = False  # rows sorted by name (else registration order)
 
 
-def _sources(host, args) -> None:
-    reg = host.registry("sources")
-    rows = [(e.name, _aliases(e), _first_line(e.description), _object_path(e), e.origin) for e in reg.entries()]
-    print_rows(("source", "aliases", "description", "class", "from"), rows)
+def _metric_uses(info) -> str:
+    return ", ".join(w for w in USES if getattr(info, w)) or "runs.csv only"
 
 
-def _adaptation(host, args) -> None:
-    reg = host.registry("adaptation")
-    rows = [(e.name, e.meta.get("role", "method"), _yes(e.meta.get("default", True)),
-             _yes(e.meta.get("needs_labels")), _aliases(e), _first_line(e.description), e.origin)
-            for e in reg.entries()]
-    print_rows(("adaptation", "role", "default", "needs_labels", "aliases", "description", "from"), rows)
+def _adapter_columns() -> tuple[Column, ...]:
+    def fact(key: str) -> Callable[[Any], str]:
+        return lambda e: adapter_facts(e)[key]
+
+    return (("adapter", _adapter_name), ("dim", fact("dim")), ("resize/crop interp mean-std", fact("preprocessing")),
+            ("licence", fact("licence")), ALIASES_COLUMN, ("description", lambda e: e.description))
+
+
+def _index(host, args):
+    from prism_plugin.tasks.index import default_index
+
+    return default_index(host, args.include_path)
+
+
+def _plugins(host, args) -> None:
+    rows = [(i.name, ", ".join(i.hooks), i.origin) for i in host.infos.values()]
+    print_rows(("plugin", "hooks", "from"), rows)
+    if host.disabled:
+        print(f"disabled: {', '.join(sorted(host.disabled))}")
+
+
+def _tasks(host, args) -> None:
+    index = _index(host, args)
+    rows = [(e.name, e.description[:60], str(e.file)) for e in sorted(index.entries().values(), key=lambda e: e.name)]
+    print_rows(("task", "description", "file"), rows)
+
+
+def _groups(host, args) -> None:
+    index = _index(host, args)
+    rows = [(e.name, len(e.members), e.description[:60], str(e.file))
+            for e in sorted(index.groups().values(), key=lambda e: e.name)]
+    print_rows(("group", "members", "description", "file"), rows)
+
+
+#: ``ls`` name -> its :class:`Listing`, in ``prism-run ls`` order
+LISTINGS: dict[str, Listing] = {
+    "adapters": Listing("adapters", "--model names: image encoders and embedding readers", _adapter_columns(),
+                        by_name=True),
+    "heads": Listing("heads", "probe heads (--probe KIND, a task's probe.kind)", (
+        ("head", lambda e: e.name), ("seed_invariant", lambda e: _yes(e.meta.get("seed_invariant"))),
+        ("linear", lambda e: _yes(e.meta.get("linear"))), ALIASES_COLUMN,
+        ("description", lambda e: _first_line(e.description or getattr(_loaded(e), "__doc__", "") or "")))),
+    "sources": Listing("sources", "dataset readers (a task's source.type)", (
+        ("source", lambda e: e.name), ALIASES_COLUMN, DESCRIPTION_COLUMN, ("class", _object_path))),
+    "adaptation": Listing(
+        "adaptation", "test-time adaptation methods, analyses and diagnostics (a task's adaptation:)", (
+            ("adaptation", lambda e: e.name), ("role", lambda e: e.meta.get("role", "method")),
+            ("default", lambda e: _yes(e.meta.get("default", True))),
+            ("needs_labels", lambda e: _yes(e.meta.get("needs_labels"))), ALIASES_COLUMN, DESCRIPTION_COLUMN)),
+    "metrics": Listing("metrics", "per-run metric columns: direction, aggregation, where they are shown", (
+        ("metric", lambda e: e.name), ("direction", lambda e: e.obj.direction or "-"),
+        ("aggregation", lambda e: e.obj.aggregation), ("used in", lambda e: _metric_uses(e.obj)),
+        ("display", lambda e: e.obj.display or "-"), ALIASES_COLUMN,
+        ("description", lambda e: _first_line(e.description or e.obj.description)))),
+    "tables": Listing("tables", "per-run table kinds of the results layout: file and required columns", (
+        ("table", lambda e: e.name), ("file", lambda e: e.obj.file),
+        ("required columns", lambda e: ", ".join(e.obj.required_columns) or "-"), ALIASES_COLUMN,
+        DESCRIPTION_COLUMN)),
+    "task-keys": Listing("task_keys", "task YAML keys owned by plugins", (
+        ("task key", lambda e: e.name), ("kinds", lambda e: ", ".join(e.obj.kinds) or "-"), ALIASES_COLUMN,
+        ("description", lambda e: _first_line(e.description or e.obj.description)))),
+    "commands": Listing("commands", "prism-run subcommands", (
+        ("command", lambda e: e.name), ALIASES_COLUMN, ("help", lambda e: _first_line(e.description)),
+        ("module", _object_path))),
+    "tasks": Listing(None, "--task names: the YAML catalogue and --include-path folders", lister=_tasks),
+    "groups": Listing(None, "task groups (--task GROUP runs every member)", lister=_groups),
+    "plugins": Listing(None, "loaded plugins with their hooks (disable one with --disable NAME)", lister=_plugins),
+}
+
+
+def _list(host, args, name: str) -> None:
+    """Print the listing ``name``: a registry's entries with their columns and origin."""
+    listing = LISTINGS[name]
+    if listing.lister is not None:
+        listing.lister(host, args)
+        return
+    entries = host.registry(listing.registry).entries()
+    if listing.by_name:
+        entries = sorted(entries, key=lambda e: e.name)
+    header = tuple(h for h, _cell in listing.columns) + ("from",)
+    rows = [tuple(cell(e) for _h, cell in listing.columns) + (e.origin,) for e in entries]
+    print_rows(header, rows)
     if not rows:
         print("(none registered)")
 
 
-def _metrics(host, args) -> None:
-    reg = host.registry("metrics")
+def _registries(host, args) -> int:
+    index = None  # the task index, built once for tasks and groups
     rows = []
-    for e in reg.entries():
-        info = _load(reg, e)
-        used = [w for w in ("summary", "report", "bands", "compare") if getattr(info, w, False)]
-        rows.append((e.name, getattr(info, "direction", None) or "-", getattr(info, "aggregation", "-"),
-                     ", ".join(used) or "runs.csv only", getattr(info, "display", "") or "-", _aliases(e),
-                     _first_line(e.description or getattr(info, "description", "")), e.origin))
-    print_rows(("metric", "direction", "aggregation", "used in", "display", "aliases", "description", "from"), rows)
+    for name, listing in LISTINGS.items():
+        if listing.registry is not None:
+            count = len(host.registry(listing.registry))
+        elif name == "plugins":
+            count = len(host.infos)
+        else:
+            if index is None:
+                index = _index(host, args)
+            count = len(index.groups() if name == "groups" else index.entries())
+        rows.append((name, count, listing.holds))
+    print_rows(("registry", "entries", "holds"), rows)
+    print("\n`prism-run ls REGISTRY` lists one, with where each entry comes from")
+    return 0
 
 
-def _tables(host, args) -> None:
-    reg = host.registry("tables")
-    rows = []
-    for e in reg.entries():
-        kind = _load(reg, e)
-        rows.append((e.name, getattr(kind, "file", "?"), ", ".join(getattr(kind, "required_columns", ())) or "-",
-                     _aliases(e), _first_line(e.description), e.origin))
-    print_rows(("table", "file", "required columns", "aliases", "description", "from"), rows)
+# --------------------------------------------------------------------------- the command
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "ls",
+        description="List what is available and where each entry comes from. Without REGISTRY: the registries.",
+        epilog="registries: " + ", ".join(LISTINGS))
+    p.add_argument("what", nargs="?", default=None, metavar="REGISTRY",
+                   help="one of " + ", ".join(LISTINGS) + " (default: list the registries)")
+    return p
 
 
-def _task_keys(host, args) -> None:
-    reg = host.registry("task_keys")
-    rows = []
-    for e in reg.entries():
-        key = _load(reg, e)
-        rows.append((e.name, ", ".join(getattr(key, "kinds", ())) or "-", _aliases(e),
-                     _first_line(e.description or getattr(key, "description", "")), e.origin))
-    print_rows(("task key", "kinds", "aliases", "description", "from"), rows)
-
-
-def _commands(host, args) -> None:
-    reg = host.registry("commands")
-    rows = [(e.name, _aliases(e), _first_line(e.description), _object_path(e), e.origin) for e in reg.entries()]
-    print_rows(("command", "aliases", "help", "module", "from"), rows)
-
-
-LISTERS: dict[str, Callable[[Any, Any], None]] = {
-    "adapters": _adapters, "heads": _heads, "sources": _sources, "adaptation": _adaptation, "metrics": _metrics,
-    "tables": _tables, "task-keys": _task_keys, "commands": _commands, "tasks": _tasks, "groups": _groups,
-    "plugins": _plugins,
-}
+def run(args) -> int:
+    host = host_of(args)
+    if args.what is None:
+        return _registries(host, args)
+    what = ALIASES.get(args.what, args.what)
+    if what not in LISTINGS:
+        raise UnknownNameError("registry", args.what, LISTINGS, hint="`prism-run ls` lists them")
+    _list(host, args, what)
+    return 0

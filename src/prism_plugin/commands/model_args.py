@@ -62,23 +62,18 @@ AMBIGUOUS = ("--model-args {value} comes before any --model, but {n} models are 
 def model_specs(order: Sequence[tuple[str, str]]) -> list[tuple[str, dict[str, str]]]:
     """``(adapter name, model_args)`` per ``--model``, from the recorded ``--model``/``--model-args`` order."""
     n_models = sum(1 for dest, _ in order if dest == "model")
-    if n_models == 1:  # one model: every --model-args is its own, wherever it stands (the original form)
-        name, merged = "", {}
-        for dest, value in order:
-            if dest == "model":
-                name, opts = split_model(value)
-                merged.update(opts)
-            else:
-                merged.update(parse_model_args([value]))
-        return [(name, merged)]
     specs: list[tuple[str, dict[str, str]]] = []
+    before: dict[str, str] = {}  # --model-args before the only --model (the original one-model form)
     for dest, value in order:
         if dest == "model":
-            specs.append(split_model(value))
-        elif not specs:
-            raise PrismError(AMBIGUOUS.format(value=value, n=n_models))
-        else:
+            name, opts = split_model(value)
+            specs.append((name, {**before, **opts}))
+        elif specs:
             specs[-1][1].update(parse_model_args([value]))
+        elif n_models == 1:
+            before.update(parse_model_args([value]))
+        else:
+            raise PrismError(AMBIGUOUS.format(value=value, n=n_models))
     return specs
 
 

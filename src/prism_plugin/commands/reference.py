@@ -50,11 +50,9 @@ def pulled_dir() -> Path:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    from prism_plugin.hashing import update_from_file
+
+    return update_from_file(hashlib.sha256(), path, chunk=1 << 20).hexdigest()
 
 
 def verify_files(directory: Path, names=None) -> list[str]:
@@ -69,8 +67,8 @@ def verify_files(directory: Path, names=None) -> list[str]:
             problems.append(f"{name} is missing")
         elif path.stat().st_size != size:
             problems.append(f"{name} has {path.stat().st_size} bytes, expected {size}")
-        elif _sha256(path) != sha:
-            problems.append(f"{name} has SHA-256 {_sha256(path)[:12]}..., expected {sha[:12]}...")
+        elif (actual := _sha256(path)) != sha:
+            problems.append(f"{name} has SHA-256 {actual[:12]}..., expected {sha[:12]}...")
     return problems
 
 

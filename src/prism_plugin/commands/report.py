@@ -14,9 +14,9 @@ from prism_plugin.errors import PrismError
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("report", help="(re)write report.html and report.md for a results directory",
-                              description="Rebuild report.html and report.md from runs.csv and summary.json (a "
-                                          "folder of several results directories gets one combined report).")
+    p = subparsers.add_parser(
+        "report", description="Rebuild report.html and report.md from runs.csv and summary.json (a folder of "
+                              "several results directories gets one combined report).")
     p.add_argument("results_dir", type=Path, help="a results directory written by prism-run, or a folder of them")
     return p
 
@@ -27,10 +27,7 @@ def run(args) -> int:
 
     if not args.results_dir.is_dir():
         raise PrismError(f"{args.results_dir}: no such directory; pass a results directory written by prism-run")
-    host = host_of(args)
-    if (args.results_dir / "runs.csv").exists():
-        print(write_report(args.results_dir, host))
-    else:  # a folder of results directories (several tasks or models): one combined report
-        find_runs_files([args.results_dir])
-        print(write_report(args.results_dir, host, sources=[args.results_dir]))
+    find_runs_files([args.results_dir])  # no runs.csv in it or below: "no runs.csv found in ...; run prism-run first"
+    # one results directory, or a folder of them (several tasks or models): one combined report
+    print(write_report(args.results_dir, host_of(args)))
     return 0

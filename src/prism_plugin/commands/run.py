@@ -26,7 +26,7 @@ def output_names(adapters: list, specs: list[tuple[str, dict[str, Any]]]) -> lis
     """The results-folder name of each model: its display name, plus its options where two would collide."""
     names = [a.display_name for a in adapters]
     out = []
-    for (name, model_args), adapter in zip(specs, adapters):
+    for (_, model_args), adapter in zip(specs, adapters):
         shared = names.count(adapter.display_name) > 1
         out.append(model_label(adapter.display_name, model_args) if shared else adapter.display_name)
     seen: dict[str, str] = {}
@@ -40,7 +40,10 @@ def output_names(adapters: list, specs: list[tuple[str, dict[str, Any]]]) -> lis
 
 
 def run(args) -> int:
+    import pandas as pd
+
     from prism_plugin.executors import make_executor
+    from prism_plugin.results import order_columns, write_csv
     from prism_plugin.runner import JobOptions, compact_table, default_output, make_adapter, run_job
     from prism_plugin.tasks.index import default_index
     from prism_plugin.tasks.sweep import expand_sweeps
@@ -85,10 +88,6 @@ def run(args) -> int:
                 print(compact_table(result.runs))
             print(f"results: {result.results_dir}")
     for group, frames in group_runs.items():  # one table per group: members in group order
-        import pandas as pd
-
-        from prism_plugin.results import order_columns, write_csv
-
         combined = pd.concat(frames, ignore_index=True)
         write_csv((args.output or base) / group / "runs.csv", combined[order_columns(combined.columns)])
         print(f"group {group}: {(args.output or base) / group / 'runs.csv'} ({len(combined)} runs)")

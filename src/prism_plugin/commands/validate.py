@@ -13,9 +13,9 @@ from prism_plugin.errors import PrismError
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("validate", help="check tasks (names or YAML files) without running them",
-                              description="Load each task (or group) as `prism-run --task` would and list every "
-                                          "problem found, one per line; nothing is computed.")
+    p = subparsers.add_parser(
+        "validate", description="Load each task (or group) as `prism-run --task` would and list every problem "
+                                "found, one per line; nothing is computed.")
     p.add_argument("target", nargs="+", help="task or group name, or a task YAML file")
     p.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
                    help="override a task key before checking, as in the main command")

@@ -239,10 +239,21 @@ def keyed_error(exc: PrismError, key: str) -> PrismError:
     return exc
 
 
+def allowed_options(source_cls) -> set[str]:
+    """The ``source.*`` keys a source type (class or instance) accepts: its ``OPTIONS`` plus
+    :data:`COMMON_OPTIONS` (``type`` itself not included)."""
+    return set(getattr(source_cls, "OPTIONS", ())) | COMMON_OPTIONS
+
+
 def check_options(source_cls, options: dict, where: str, located=None, kind: str | None = None) -> None:
-    """Every option known to the source type; the required ones present."""
-    allowed = set(getattr(source_cls, "OPTIONS", ())) | COMMON_OPTIONS
-    name = kind or getattr(source_cls, "type_name", "") or getattr(source_cls, "__name__", type(source_cls).__name__)
+    """Every option known to the source type; the required ones present.
+
+    Messages name the type by its ``type_name``, else ``kind`` (the ``source.type`` the task
+    used), else the class name.
+    """
+    allowed = allowed_options(source_cls)
+    name = (getattr(source_cls, "type_name", "") or kind
+            or getattr(source_cls, "__name__", type(source_cls).__name__))
     for key in options:
         if key not in allowed:
             loc = located.where(f"source.{key}") if located is not None else where
@@ -256,4 +267,4 @@ def check_options(source_cls, options: dict, where: str, located=None, kind: str
 
 
 __all__ = ["COMMON_OPTIONS", "DATA_ROOT_ENV", "ImageSplit", "Pool", "Source", "NoAll", "resolve_root", "data_hint",
-           "check_options", "keyed_error"]
+           "allowed_options", "check_options", "keyed_error"]

@@ -6,9 +6,10 @@ from prism_plugin.hookspecs import hookimpl
 
 #: source.type -> (lazy class reference, one-line description)
 BUILTIN_SOURCES: dict[str, tuple[str, str]] = {
-    "imagefolder": ("prism_plugin.data.folder:ImageFolderSource", "class-per-folder images under root/<split>/"),
+    "imagefolder": ("prism_plugin.data.folder:ImageFolderSource",
+                    "class-per-folder images under root/<split>/ (or root/ with layout: flat)"),
     "demo": ("prism_plugin.data.folder:DemoSource", "procedural synthetic H&E-like tiles (offline demo)"),
-    "records": ("prism_plugin.data.records:RecordsSource", "CSV/JSON/JSONL/parquet records with path and label"),
+    "records": ("prism_plugin.data.records:RecordsSource", "CSV/TSV, JSON or JSON-lines records with path and label"),
     "h5": ("prism_plugin.data.arrays:H5Source", "HDF5 image and label arrays"),
     "npz": ("prism_plugin.data.arrays:NpzSource", "NumPy .npz image and label arrays"),
     "hf": ("prism_plugin.data.hf:HFSource", "a Hugging Face dataset (local folder or pinned hub revision)"),

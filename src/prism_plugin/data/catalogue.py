@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from prism_plugin.data.base import COMMON_OPTIONS, check_options, keyed_error
+from prism_plugin.data.base import allowed_options, check_options, keyed_error
 from prism_plugin.data.labels import raw_class_id
 from prism_plugin.errors import PrismError, suggest
 
@@ -28,9 +28,13 @@ def _sources(host=None):
     return host.sources
 
 
-def source_types(host=None) -> list[str]:
-    """Registered source type names (without aliases), in registration order."""
-    return _sources(host).names()
+def _lookup(kind: Any, host=None):
+    """The class registered for ``kind`` (imported on first use), or ``None`` when ``kind`` names no
+    registered source type: the one registry lookup every function here goes through."""
+    reg = _sources(host)
+    if not isinstance(kind, str) or kind not in reg:
+        return None
+    return reg.get(kind)
 
 
 def is_source_type(kind: Any, host=None) -> bool:
@@ -48,10 +52,10 @@ def unknown_type_message(kind: Any, host=None) -> str:
 
 def source_class(kind: str, host=None):
     """The class registered for ``kind`` (imported on first use)."""
-    reg = _sources(host)
-    if not isinstance(kind, str) or kind not in reg:
+    cls = _lookup(kind, host)
+    if cls is None:
         raise PrismError(f"source.type {unknown_type_message(kind, host)}")
-    return reg.get(kind)
+    return cls
 
 
 def accepted_options(kind: Any, host=None) -> set[str] | None:
@@ -60,9 +64,8 @@ def accepted_options(kind: Any, host=None) -> set[str] | None:
     ``None`` when ``kind`` is not a registered source type (including ``precomputed``, which is
     no source). Does not include ``type`` itself.
     """
-    if not is_source_type(kind, host):
-        return None
-    return set(getattr(source_class(kind, host), "OPTIONS", ())) | COMMON_OPTIONS
+    cls = _lookup(kind, host)
+    return None if cls is None else allowed_options(cls)
 
 
 def check_source_spec(source: dict, task_class_names: Sequence[str], located, host=None) -> None:
@@ -75,12 +78,12 @@ def check_source_spec(source: dict, task_class_names: Sequence[str], located, ho
                                          "precomputed takes no options (point --model-args root=DIR at the "
                                          "embeddings)"), f"source.{extra[0]}")
         return
-    if not is_source_type(kind, host):
+    cls = _lookup(kind, host)
+    if cls is None:
         raise keyed_error(PrismError(f"{located.where('source.type')}: source.type: "
                                      f"{unknown_type_message(kind, host)}"), "source.type")
-    cls = source_class(kind, host)
     options = {k: v for k, v in source.items() if k != "type"}
-    check_options(cls, options, str(located.file), located, kind=getattr(cls, "type_name", "") or kind)
+    check_options(cls, options, str(located.file), located, kind=kind)
     cmap = options.get("class_map")
     if cmap is not None:
         where = located.where("source.class_map")
@@ -123,14 +126,14 @@ def open_source(task, host=None):
     kind = options.pop("type")
     if kind == FEATURES_ONLY:
         return None  # features come from the precomputed adapter
-    if not is_source_type(kind, host):
+    cls = _lookup(kind, host)
+    if cls is None:
         raise PrismError(f"{task.file}: source.type {unknown_type_message(kind, host)}")
-    cls = source_class(kind, host)
     try:
         return cls(task, **options)
     except TypeError as exc:
         raise PrismError(f"{task.file}: source options {sorted(options)} do not fit type {kind!r} ({exc})") from None
 
 
-__all__ = ["FEATURES_ONLY", "source_types", "is_source_type", "unknown_type_message", "source_class",
+__all__ = ["FEATURES_ONLY", "is_source_type", "unknown_type_message", "source_class",
            "accepted_options", "check_source_spec", "open_source"]

@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from prism_plugin.data.refs import ImageRef
+from prism_plugin.hashing import update_from_file
 
 
 def split_fingerprint(keys: Sequence[str], labels: np.ndarray, items: Sequence) -> str:
@@ -23,9 +24,7 @@ def split_fingerprint(keys: Sequence[str], labels: np.ndarray, items: Sequence) 
         if isinstance(item, ImageRef):
             h.update(item.digest_bytes())
         else:
-            with open(item, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
+            update_from_file(h, item, chunk=1 << 20)
     return h.hexdigest()
 
 

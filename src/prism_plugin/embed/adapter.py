@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from prism_plugin.errors import PrismError
+from prism_plugin.hashing import memoised_file_digest
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -99,8 +100,6 @@ def choose_profile(profiles: Mapping[str, "Preprocessing"], name: Any, model: st
 
 def file_content_digest(path) -> str:
     """blake2b (20 bytes) of a (possibly multi-GB) weight file, memoised per (path, size, mtime)."""
-    from prism_plugin.hashing import memoised_file_digest
-
     return memoised_file_digest(path, digest_size=20)
 
 

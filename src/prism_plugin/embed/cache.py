@@ -43,6 +43,7 @@ import numpy as np
 from filelock import FileLock, Timeout
 
 from prism_plugin.errors import PrismError
+from prism_plugin.hashing import file_digest
 from prism_plugin.paths import cache_root
 from prism_plugin.results import atomic_write_text
 
@@ -81,8 +82,6 @@ def shard_size(default: int = DEFAULT_SHARD_SIZE) -> int:
 
 def file_checksum(path: Path) -> str:
     """blake2b (20 bytes) of the file: the manifest's ``features_checksum`` / ``labels_checksum`` format."""
-    from prism_plugin.hashing import file_digest
-
     return file_digest(path, digest_size=20)
 
 

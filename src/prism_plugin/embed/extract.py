@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from prism_plugin.data.sources import ImageSplit
+from prism_plugin.data.base import ImageSplit
 from prism_plugin.embed.adapter import Adapter
 from prism_plugin.embed.cache import CacheEntry, shard_size
 from prism_plugin.errors import PrismError

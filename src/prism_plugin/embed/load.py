@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from prism_plugin.data.sources import open_source
+from prism_plugin.data.catalogue import open_source
+from prism_plugin.data.splits import limit_indices
 from prism_plugin.embed.cache import EmbeddingCache
 from prism_plugin.embed.extract import extract_split, pick_device
 from prism_plugin.errors import PrismError
@@ -50,8 +51,6 @@ def load_embeddings(task: TaskConfig, adapter, opts,
             cfg = task.splits[split]
             X, y, fp = adapter.load_split(task.embeddings_key, cfg.name)
             if opts.limit is not None:
-                from prism_plugin.data.sources import limit_indices
-
                 keep = limit_indices(np.asarray(y), opts.limit)
                 X, y = X[keep], np.asarray(y)[keep]
             splits[split] = SplitArrays(X, y, name=f"{task.name} {split}")

@@ -25,7 +25,7 @@ from prism_plugin.report.derived import FEWSHOT_TOLERANCE, TABLE_LABELS, TRANSFE
 from prism_plugin.report.markdown import fmt, inline, markdown_table
 from prism_plugin.report.metric_table import metric_cells, metric_section
 from prism_plugin.report.sections import ReportSection
-from prism_plugin.report.verdict import TOPICS, build_verdict, pct
+from prism_plugin.report.verdict import TOPICS, build_verdict, pct, setting_label
 
 IN_DIST = ("indomain", "camelyon17_indomain")
 TRANSFERS = ("transfer", "camelyon17_transfer")
@@ -34,10 +34,6 @@ NO_MPL = "figures need matplotlib, which is not installed: pip install 'prism-pl
 
 
 # --------------------------------------------------------------------------- helpers
-def _setting(s: Any) -> str:
-    return str(s).replace("->", " → ")
-
-
 class _Ctx:
     def __init__(self, view):
         self.view = view
@@ -99,7 +95,7 @@ def overview(ctx: _Ctx) -> ReportSection:
         rows.append({
             "kind of run": TABLE_LABELS.get(table, table),
             "models": ", ".join(dict.fromkeys(sub["model"])),
-            "settings": ", ".join(_setting(s) for s in list(dict.fromkeys(sub["setting"]))[:8])
+            "settings": ", ".join(setting_label(s) for s in list(dict.fromkeys(sub["setting"]))[:8])
             + (f" … ({sub['setting'].nunique()})" if sub["setting"].nunique() > 8 else ""),
             "label fractions": ", ".join(pct(f) for f in fr),
             "runs per cell": "–".join(sorted({str(int(n)) for n in sub["n_runs"]})),
@@ -267,7 +263,7 @@ def discrimination(ctx: _Ctx) -> ReportSection:
             s = settings[0]
             sec.figures[f"discrimination-{table}.png"] = plots.metric_curves(
                 cells, [(s, "auroc", "AUROC"), (s, "f1_macro", "macro-F1")], ylim=(0, 1.02))
-            sec.captions[f"discrimination-{table}.png"] = f"{label}: AUROC (left) and macro-F1 (right) on {_setting(s)}."
+            sec.captions[f"discrimination-{table}.png"] = f"{label}: AUROC (left) and macro-F1 (right) on {setting_label(s)}."
         else:
             for metric, ylab in (("auroc", "AUROC"), ("f1_macro", "macro-F1")):
                 name = f"{metric}-{table}.png"
@@ -340,7 +336,7 @@ def _reliability_groups(entries: list[dict], cells: pd.DataFrame | None, max_gro
         sc = [e["scaled"]["ece"] for e in es if e.get("scaled")]
         temps = [e["scaled"]["temperature"] for e in es if e.get("scaled")]
         groups.append({
-            "title": f"{_setting(s)} · {pct(f)} labels\n{m}" + (f", {len(es)} seeds pooled" if len(es) > 1 else ""),
+            "title": f"{setting_label(s)} · {pct(f)} labels\n{m}" + (f", {len(es)} seeds pooled" if len(es) > 1 else ""),
             "raw": raw, "scaled": scaled, "ece_raw": ece_raw,
             "ece_scaled": float(np.mean(sc)) if sc else float("nan"),
             "temperature": float(np.mean(temps)) if temps else float("nan"),
@@ -711,7 +707,7 @@ def cell_table(ctx: _Ctx) -> ReportSection:
     rows = []
     for r in cells.itertuples(index=False):
         rows.append({
-            "runs": TABLE_LABELS.get(r.table, r.table), "model": r.model, "setting": _setting(r.setting),
+            "runs": TABLE_LABELS.get(r.table, r.table), "model": r.model, "setting": setting_label(r.setting),
             "fraction": pct(r.fraction), "AUROC": pm(r.auroc_mean, r.auroc_std),
             "macro-F1": pm(r.f1_macro_mean, r.f1_macro_std), "ECE raw": pm(r.ece_fixed_mean, r.ece_fixed_std),
             "ECE scaled": pm(r.ece_scaled_fixed_mean, r.ece_scaled_fixed_std),

@@ -52,13 +52,40 @@ def binary_convention(dirs: list[Path]) -> tuple[str, list[str]]:
     return (seen.pop() if seen else "symmetric"), []
 
 
-def compute_summaries(run_tables, options: Mapping[str, Any], host) -> tuple[Any, list[str]]:
+def summary_options(options: Mapping[str, Any] | None, host, dirs: Iterable[Path],
+                    described=None) -> tuple[dict[str, Any], list[str]]:
+    """The summary options with the report's defaults filled in, and the notes they raise.
+
+    ``band_metrics``: the transfer band metrics of the host (``register_metrics`` ``bands=True``),
+    for the report_tables summary; ``binary_logits``: the convention of the results in ``dirs``
+    (:func:`binary_convention`). Keys already set are kept. ``described``: the host's
+    :func:`~prism_plugin.metrics.descriptions.described_metrics`, when the caller has them.
+    """
+    opts = dict(options or {})
+    notes: list[str] = []
+    if "band_metrics" not in opts:
+        if described is None:
+            from prism_plugin.metrics.descriptions import described_metrics
+
+            described = described_metrics(host)
+        opts["band_metrics"] = [d.column for d in described if d.info.bands]
+    if "binary_logits" not in opts:
+        opts["binary_logits"], notes = binary_convention(list(dirs))
+    return opts, notes
+
+
+def compute_summaries(run_tables, options: Mapping[str, Any], host, *, into=None) -> tuple[Any, list[str]]:
     """Every ``summarize`` plugin via the engine, one at a time, so a failing
-    plugin costs its own tables only (named in the returned notes)."""
+    plugin costs its own tables only (named in the returned notes).
+
+    ``into``: a :class:`~prism_plugin.tables.SummaryOutput` already computed (e.g. a summary
+    run strictly first) that the other plugins' outputs are merged into; a clash with it is a
+    note, like any other.
+    """
     from prism_plugin.summaries.engine import run_summaries, summary_plugins
     from prism_plugin.tables import SummaryOutput
 
-    out = SummaryOutput()
+    out = SummaryOutput() if into is None else into
     notes: list[str] = []
     for name in summary_plugins(host):
         try:
@@ -94,12 +121,8 @@ def build_view(path: Path, host, *, sources: Iterable[Path] | None = None, run_t
     from prism_plugin.metrics.descriptions import described_metrics
 
     described = described_metrics(host)
-    opts = dict(options or {})
-    # the transfer band metrics of the host (register_metrics bands=True), for the report_tables summary
-    opts.setdefault("band_metrics", [d.column for d in described if d.info.bands])
-    if "binary_logits" not in opts:
-        opts["binary_logits"], more = binary_convention(dirs)
-        notes.extend(more)
+    opts, more = summary_options(options, host, dirs, described)
+    notes.extend(more)
     tables_dir = Path(tables_dir) if tables_dir is not None else path / "summaries"
     if summaries is None and run_tables is not None:
         from prism_plugin.summaries.engine import write_summaries
@@ -147,10 +170,17 @@ def write_report(path: Path, host, *, sources: Iterable[Path] | None = None, run
     ``sources`` (the results directories), the ``run_tables`` and
     ``summaries`` it computed and ``tables_dir`` (its output folder).
     """
-    path = Path(path)
-    view = build_view(path, host, sources=sources, run_tables=run_tables, summaries=summaries,
+    view = build_view(Path(path), host, sources=sources, run_tables=run_tables, summaries=summaries,
                       tables_dir=tables_dir, options=options, title=title, reference=reference,
                       write_tables=write_tables)
+    return write_view(view, host, write_tables=write_tables)[0]
+
+
+def write_view(view: ReportView, host, *, write_tables: bool = True) -> tuple[Path, list[ReportSection]]:
+    """Write the report of a built view (:func:`build_view`) into ``view.path``: its sections are
+    collected once. Returns the HTML path and the sections written, figures under the names
+    they were saved as in ``figures/``."""
+    path = Path(view.path)
     sections = collect_sections(view, host)
     sections.append(notes_section(sections, view))
     figures = _assign_figure_names(sections)
@@ -170,7 +200,7 @@ def write_report(path: Path, host, *, sources: Iterable[Path] | None = None, run
     atomic_write_text(path / MD_NAME, render_markdown(title, sections, view, rel_tables))
     target = path / HTML_NAME
     atomic_write_text(target, render_html(title, sections, view, rel_tables))
-    return target
+    return target, sections
 
 
 def _relpath(target: Path, base: Path) -> str:
@@ -207,8 +237,14 @@ def _default_title(view: ReportView) -> str:
     if len(models) == 1 and len(tasks) == 1:
         return f"PRISM report: {models[0]} on {tasks[0]}"
     if models:
-        return f"PRISM report: {', '.join(models[:4])}{' …' if len(models) > 4 else ''}"
+        return models_title("PRISM report", models)
     return "PRISM report"
+
+
+def models_title(prefix: str, models: Iterable[str], most: int = 4) -> str:
+    """``"<prefix>: a, b, c, d …"``: a report title naming the first ``most`` models."""
+    models = [str(m) for m in models]
+    return f"{prefix}: {', '.join(models[:most])}{' …' if len(models) > most else ''}"
 
 
 def _subtitle(view: ReportView) -> str:
@@ -277,6 +313,14 @@ def render_markdown(title: str, sections: list[ReportSection], view: ReportView,
     parts = [f"# {title}\n", f"*{_subtitle(view)} · prism-plugin {__version__}. The HTML version "
              f"(`{HTML_NAME}`) holds the same content with the figures embedded.*\n"]
     parts.append("**Contents:** " + " · ".join(f"[{s.title}](#{s.anchor})" for s in sections) + "\n")
+    parts += render_sections_md(sections)
+    return "\n".join(parts)
+
+
+def render_sections_md(sections: Iterable[ReportSection], figures_dir: str = FIGURES) -> list[str]:
+    """The Markdown blocks of ``sections`` (join them with ``"\\n"``): anchor, title, what is not
+    shown, body and the figures linked from ``figures_dir`` with their captions."""
+    parts: list[str] = []
     for s in sections:
         parts.append(f'<a id="{s.anchor}"></a>\n\n## {s.title}\n')
         for line in s.not_shown:
@@ -285,8 +329,8 @@ def render_markdown(title: str, sections: list[ReportSection], view: ReportView,
             parts.append(s.body.rstrip() + "\n")
         for name in s.figures:
             cap = s.captions.get(name, "")
-            parts.append(f"![{cap or name}]({FIGURES}/{name})\n" + (f"\n*{cap}*\n" if cap else ""))
-    return "\n".join(parts)
+            parts.append(f"![{cap or name}]({figures_dir}/{name})\n" + (f"\n*{cap}*\n" if cap else ""))
+    return parts
 
 
 def _img(data: bytes, alt: str) -> str:
@@ -442,5 +486,5 @@ twin <code>report.md</code> shows the same content with the figures in <code>fig
 </html>
 """
 
-__all__ = ["HTML_NAME", "MD_NAME", "build_view", "collect_sections", "compute_summaries", "render_html",
-           "render_markdown", "write_report"]
+__all__ = ["HTML_NAME", "MD_NAME", "build_view", "collect_sections", "compute_summaries", "models_title",
+           "render_html", "render_markdown", "render_sections_md", "summary_options", "write_report", "write_view"]

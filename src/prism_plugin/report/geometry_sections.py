@@ -27,6 +27,7 @@ import pandas as pd
 
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.report.sections import ReportSection
+from prism_plugin.results import summary_dirs
 
 #: at most this many samples per dataset when the report computes alignment itself
 REPORT_MAX_SAMPLES = 2000
@@ -96,17 +97,6 @@ def _runs(view) -> pd.DataFrame:
     return runs
 
 
-def _result_dirs(view) -> list[Path]:
-    out: list[Path] = []
-    for s in view.sources:
-        s = Path(s)
-        if (s / "summary.json").exists():
-            out.append(s)
-        elif s.is_dir():
-            out.extend(p.parent for p in sorted(s.rglob("summary.json")))
-    return list(dict.fromkeys(out))
-
-
 def _chosen_fraction(runs: pd.DataFrame) -> float | None:
     if runs.empty or "fraction" not in runs.columns:
         return None
@@ -138,10 +128,11 @@ def _tau_figure(rankings: dict[str, pd.DataFrame]) -> bytes | None:
     return _png(fig)
 
 
-def sensitivity_section(view) -> ReportSection | None:
+def sensitivity_section(view, runs: pd.DataFrame | None = None) -> ReportSection | None:
+    """``runs``: the view's per-run rows (:func:`_runs`, read once per report by :func:`report_sections`)."""
     from prism_plugin.summaries.probe_sensitivity import NEEDS, sensitivity_tables
 
-    runs = _runs(view)
+    runs = _runs(view) if runs is None else runs
     if runs.empty:
         return None
     out = sensitivity_tables(runs)
@@ -314,10 +305,11 @@ def _precomputed_alignment(view) -> dict[str, pd.DataFrame]:
     return out
 
 
-def geometry_section(view) -> ReportSection | None:
+def geometry_section(view, runs: pd.DataFrame | None = None) -> ReportSection | None:
+    """``runs``: as in :func:`sensitivity_section`."""
     from prism_plugin.summaries import geometry as geo
 
-    runs = _runs(view)
+    runs = _runs(view) if runs is None else runs
     if runs.empty or "model" not in runs.columns:
         return None
     models = list(dict.fromkeys(runs["model"].astype(str)))
@@ -342,7 +334,7 @@ def geometry_section(view) -> ReportSection | None:
     if not matrices:
         source = f"computed from the cached test embeddings (at most {REPORT_MAX_SAMPLES:,} samples per dataset)"
         try:
-            found, notes = geo.cached_test_embeddings(_result_dirs(view))
+            found, notes = geo.cached_test_embeddings(summary_dirs(view.sources))
         except Exception as exc:
             found, notes = {}, [f"the embedding cache could not be read ({type(exc).__name__}: {exc})"]
         for dataset, embs in found.items():
@@ -427,8 +419,9 @@ def geometry_section(view) -> ReportSection | None:
 @hookimpl
 def report_sections(view):
     out = []
+    runs = _runs(view)  # every runs.csv of the view, read once for both sections
     for build in (sensitivity_section, geometry_section):
-        section = build(view)
+        section = build(view, runs)
         if section is not None:
             out.append(section)
     return out

@@ -18,12 +18,13 @@ import pandas as pd
 from prism_plugin.report.derived import TABLE_LABELS, TABLE_SPECS, setting_values
 from prism_plugin.report.markdown import pipe_table
 from prism_plugin.report.sections import ReportSection
+from prism_plugin.report.verdict import pct, setting_label
+from prism_plugin.results import AGGREGATORS
 
 STEM = "metric_cells"
 METRIC_CELLS_COLUMNS = ["table", "model", "setting", "fraction", "metric", "display", "direction", "aggregation",
                         "origin", "n_runs", "value", "std"]
 MAX_ROWS = 80
-DIRECTION_WORDS = {"higher": "higher is better", "lower": "lower is better"}
 SETTING_KEYS = ("dataset", "pair", "hospital")
 
 
@@ -80,7 +81,7 @@ def metric_cells(run_tables, described: Iterable[Any]) -> pd.DataFrame:
         for c, (d, _vals) in cols.items():
             how = d.info.aggregation
             col = g[c]
-            value = _GROUPED[how](col)
+            value = AGGREGATORS[how](col)
             std = col.std(ddof=1).where(size > 1) if how == "mean" else pd.Series(np.nan, index=size.index)
             part = pd.DataFrame({"n_runs": col.count(), "value": value, "std": std}).reset_index()
             part = part.loc[part["n_runs"] > 0]
@@ -97,20 +98,6 @@ def metric_cells(run_tables, described: Iterable[Any]) -> pd.DataFrame:
         block = block.sort_values(["_s", "fraction", "_m"], kind="stable").drop(columns=["_s", "_m"])
         rows.extend(block.to_dict("records"))
     return pd.DataFrame(rows, columns=METRIC_CELLS_COLUMNS)
-
-
-_GROUPED = {
-    "mean": lambda g: g.mean(),
-    "median": lambda g: g.median(),
-    "max": lambda g: g.max(),
-    "min": lambda g: g.min(),
-    "sum": lambda g: g.sum(min_count=1),
-    "first": lambda g: g.first(),
-}
-
-
-def _pct(f: float) -> str:
-    return f"{round(float(f) * 100.0, 6):g} %"
 
 
 def _cell(value: float, std: float, fmt: str) -> str:
@@ -134,34 +121,25 @@ def metric_section(cells: pd.DataFrame | None, described: Iterable[Any]) -> Repo
     sec.tables[STEM] = cells
     info = {d.info.column: d for d in described}
     fractions = sorted(cells["fraction"].unique())
-    header = ["runs", "model", "setting", "metric", "over seeds"] + [_pct(f) for f in fractions]
+    header = ["runs", "model", "setting", "metric", "over seeds"] + [pct(f) for f in fractions]
     groups = list(cells.groupby(["table", "model", "setting", "metric"], sort=False))
-    third = sorted({r for r in cells.loc[~cells["origin"].map(_is_builtin), "metric"]})
+    third = sorted({m for m in cells["metric"] if not info[m].builtin})
     intro = ("Every metric column with a description (`register_metrics`) that these runs hold, aggregated over "
              "seeds as its description says (`metric_cells.csv`). ↑: higher is better, ↓: lower is better.")
     if third:
-        intro += " From plugins: " + ", ".join(f"`{m}` ({info[m].origin})" if m in info else f"`{m}`"
-                                                for m in third) + "."
+        intro += " From plugins: " + ", ".join(f"`{m}` ({info[m].origin})" for m in third) + "."
     if len(groups) > MAX_ROWS:
         sec.body = intro + (f"\n\n{len(groups):,} rows — too many to list here; every cell is in "
                             "`metric_cells.csv`.")
         return sec
     rows = []
     for (table, model, setting, metric), g in groups:
-        d = info.get(metric)
-        fmt = d.info.fmt if d is not None else ".4f"
-        label = (d.info.label + (f" {d.info.arrow}" if d.info.arrow else "")) if d is not None else metric
-        by_f = {float(r.fraction): _cell(r.value, r.std, fmt) for r in g.itertuples(index=False)}
-        rows.append([TABLE_LABELS.get(table, table), model, str(setting).replace("->", " → "), label,
+        d = info[metric]  # every row of the table comes from a description
+        by_f = {float(r.fraction): _cell(r.value, r.std, d.info.fmt) for r in g.itertuples(index=False)}
+        rows.append([TABLE_LABELS.get(table, table), model, setting_label(setting), d.info.titled,
                      _stat(str(g["aggregation"].iloc[0]))] + [by_f.get(float(f), "–") for f in fractions])
     sec.body = intro + "\n\n" + pipe_table(header, rows)
     return sec
-
-
-def _is_builtin(origin: str) -> bool:
-    from prism_plugin.plugins import BUILTIN_ORIGIN
-
-    return origin == BUILTIN_ORIGIN
 
 
 __all__ = ["METRIC_CELLS_COLUMNS", "STEM", "metric_cells", "metric_section"]

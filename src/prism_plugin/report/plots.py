@@ -47,7 +47,8 @@ def _rc() -> dict[str, Any]:
     }
 
 
-def _figure(width: float, height: float):
+def figure(width: float, height: float):
+    """A pyplot-free Agg figure of ``width`` x ``height`` inches at :data:`DPI`."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -56,16 +57,22 @@ def _figure(width: float, height: float):
     return fig
 
 
-def _png(fig) -> bytes:
+def png(fig, *, tight: bool = False) -> bytes:
+    """The figure as PNG bytes (``tight``: crop to the drawn content, ``bbox_inches="tight"``)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
+    fig.savefig(buf, format="png", dpi=DPI, **({"bbox_inches": "tight"} if tight else {}))
     return buf.getvalue()
 
 
-def _style():
+def style():
+    """The report's matplotlib style (a ``rc_context``): draw and save figures inside it."""
     import matplotlib
 
     return matplotlib.rc_context(_rc())
+
+
+# the former private names, used throughout this module
+_figure, _png, _style = figure, png, style
 
 
 def model_colors(models: Iterable[str]) -> dict[str, str]:
@@ -578,6 +585,7 @@ def is_png(data: bytes) -> bool:
 
 
 __all__ = [
-    "available", "collapse_heatmap", "ece_curves", "fewshot_gap", "is_png", "metric_curves", "model_colors",
-    "pool_bins", "rank_scatter", "reliability_grid", "temperature_curves", "transfer_curves",
+    "available", "collapse_heatmap", "ece_curves", "fewshot_gap", "figure", "is_png", "metric_curves",
+    "model_colors", "png", "pool_bins", "rank_scatter", "reliability_grid", "style", "temperature_curves",
+    "transfer_curves",
 ]

@@ -59,6 +59,11 @@ def pct(f: float) -> str:
     return f"{round(float(f) * 100.0, 6):g} %"
 
 
+def setting_label(setting: Any) -> str:
+    """A setting as the report shows it: ``src->tgt`` -> ``src → tgt``."""
+    return str(setting).replace("->", " → ")
+
+
 def _num(x: float, digits: int = 3) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
@@ -69,7 +74,7 @@ def _frac_list(text: str) -> str:
 
 
 def _setting_name(setting: str, table: str = "") -> str:
-    name = str(setting).replace("->", " → ")
+    name = setting_label(setting)
     if table == "indomain_propval":
         return f"{name} (T from the proportional validation subset)"
     if table.startswith("camelyon17") and "->" not in str(setting):
@@ -359,4 +364,4 @@ def check_verdict(verdict: pd.DataFrame, tables: Mapping[str, pd.DataFrame], ato
     return problems
 
 
-__all__ = ["TOPICS", "VERDICT_COLUMNS", "build_verdict", "check_verdict", "evidence_value", "pct"]
+__all__ = ["TOPICS", "VERDICT_COLUMNS", "build_verdict", "check_verdict", "evidence_value", "pct", "setting_label"]

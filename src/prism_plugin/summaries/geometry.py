@@ -141,13 +141,15 @@ def subsample(n: int, max_samples: int | None, seed: int = 0) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- embeddings
-def load_model_embeddings(task, adapters: Sequence[Any], opts, split: str = "test") -> dict[str, np.ndarray]:
+def load_model_embeddings(task, adapters: Sequence[Any], opts, split: str = "test",
+                          host=None) -> dict[str, np.ndarray]:
     """The embeddings of ``split`` of ``task`` for each adapter, through the embedding cache.
 
     Uses :func:`prism_plugin.embed.load.load_embeddings` (a cache hit reads the
     stored arrays, a miss extracts and stores them). Keys are the models'
     display names. Every model must have embedded the same labelled samples in
-    the same order.
+    the same order. ``host`` is the plugin host whose ``sources`` registry opens the task's source
+    (default: the shared host).
     """
     from prism_plugin.embed.load import load_embeddings
 
@@ -159,7 +161,7 @@ def load_model_embeddings(task, adapters: Sequence[Any], opts, split: str = "tes
     out: dict[str, np.ndarray] = {}
     labels = None
     for adapter in adapters:
-        splits, _info = load_embeddings(task, adapter, opts, only=(split,))
+        splits, _info = load_embeddings(task, adapter, opts, only=(split,), host=host)
         arr = splits[split]
         name = adapter.display_name if adapter.display_name not in out else f"{adapter.display_name} ({adapter.name})"
         y = np.asarray(arr.y)

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from prism_plugin.data.catalogue import check_source_spec
+from prism_plugin.data.splits import check_split_spec
 from prism_plugin.errors import PrismError, suggest
 from prism_plugin.registrars import TASK_KINDS
 from prism_plugin.protocol.grid import DEFAULT_FRACTIONS, DEFAULT_SEEDS
@@ -203,8 +205,6 @@ def build_task(located: Located, host=None) -> TaskConfig:
     if not isinstance(source, dict) or "type" not in source:
         raise c.fail("source", "must be a mapping with a 'type' (imagefolder, hf, records, demo, precomputed, ...)")
     c.string(source["type"], "source.type")
-    from prism_plugin.data.sources import check_source_spec, check_split_spec
-
     check_source_spec(source, class_names, located, host=host)
     split_spec = check_split_spec(d["split"], c.fail) if "split" in d else None
 

@@ -9,10 +9,10 @@ A task uses it as ``source: {type: noise_tiles, n_per_class: 20, size: 32, seed:
 * ``shift``: a brightness offset added to every pixel (0 = none), to simulate an acquisition shift
   between two tasks (see ``example_noise_tiles_shifted.yaml``).
 
-Like every source it subclasses :class:`prism_plugin.data.sources.Source` and implements
+Like every source it subclasses :class:`prism_plugin.data.base.Source` and implements
 ``pool(name)``: the raw items of one split with their raw labels and stable keys. The base class
 maps labels to the task's classes, applies ``--limit`` and fingerprints each split from the items'
-keys, labels and **pixels** (:class:`~prism_plugin.data.sources.ArrayImageRef`), so changing an
+keys, labels and **pixels** (:class:`~prism_plugin.data.refs.ArrayImageRef`), so changing an
 option changes the fingerprint and the embedding cache never serves stale features.
 """
 
@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from prism_plugin.data.sources import ArrayImageRef, Pool, Source
+from prism_plugin.data.base import Pool, Source
+from prism_plugin.data.refs import ArrayImageRef
 from prism_plugin.errors import PrismError
 
 SPLITS = ("train", "val", "test")
