@@ -45,6 +45,17 @@ def host_of(args: Any):
     return get_host(getattr(args, "disable", None) or ())
 
 
+def check_extraction_args(args: Any) -> None:
+    """``--limit`` and ``--num-workers`` of a command that extracts embeddings: one-line errors."""
+    from prism_plugin.errors import PrismError
+
+    limit, workers = getattr(args, "limit", None), getattr(args, "num_workers", None)
+    if limit is not None and limit < 1:
+        raise PrismError(f"--limit {limit}: must be a positive number of items per split")
+    if workers is not None and workers < 0:
+        raise PrismError(f"--num-workers {workers}: must be >= 0")
+
+
 def print_rows(header, rows) -> None:
     """Print ``rows`` under ``header`` as left-aligned columns two spaces apart (``ls``, ``cache ls``)."""
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]

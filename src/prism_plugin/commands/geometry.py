@@ -62,7 +62,7 @@ def _safe(text: str) -> str:
 
 def run(args) -> int:
     from prism_plugin.commands.model_args import model_specs
-    from prism_plugin.commands import host_of
+    from prism_plugin.commands import check_extraction_args, host_of
     from prism_plugin.results import atomic_write_text, write_csv
     from prism_plugin.runner import JobOptions, make_adapter
     from prism_plugin.summaries.geometry import alignment_matrix, load_model_embeddings, subsample
@@ -74,8 +74,7 @@ def run(args) -> int:
         raise PrismError(f"--k {args.k}: must be a positive number of neighbours (the paper uses 50)")
     if args.max_samples is not None and args.max_samples < 2:
         raise PrismError(f"--max-samples {args.max_samples}: must be at least 2")
-    if args.limit is not None and args.limit < 1:
-        raise PrismError(f"--limit {args.limit}: must be a positive number of items per split")
+    check_extraction_args(args)
     host = host_of(args)
     index = default_index(host, args.include_path)
     tasks = [index.load(t, args.overrides) for t in args.task]

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from prism_plugin.commands import host_of
+from prism_plugin.commands import check_extraction_args, host_of
 from prism_plugin.errors import PrismError
 
 
@@ -50,10 +50,7 @@ def run(args) -> int:
 
     if args.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
-    if args.limit is not None and args.limit < 1:
-        raise PrismError(f"--limit {args.limit}: must be a positive number of items per split")
-    if args.num_workers is not None and args.num_workers < 0:
-        raise PrismError(f"--num-workers {args.num_workers}: must be >= 0")
+    check_extraction_args(args)
     host = host_of(args)
     index = default_index(host, args.include_path)
     overrides = list(args.overrides) + ([f"probe.backend={args.probe_backend}"] if args.probe_backend else [])
