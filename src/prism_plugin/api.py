@@ -9,20 +9,44 @@ import pandas as pd
 from prism_plugin.errors import PrismError
 from prism_plugin.plugins import PluginHost, get_host
 from prism_plugin.protocol.grid import DEFAULT_FRACTIONS, DEFAULT_SEEDS, GridSpec, grid_keys, run_grid
-from prism_plugin.protocol.inputs import SplitArrays, check_grid_settings, check_splits
+from prism_plugin.protocol.inputs import (SplitArrays, check_data, check_grid_settings, check_overlap_allowance,
+                                         check_splits)
 from prism_plugin.results import rows_to_frame
 
 
-def _split(value: Any, name: str) -> SplitArrays | None:
+def _split(value: Any, name: str, required: bool = True) -> SplitArrays | None:
     if value is None:
+        if required:
+            raise PrismError(f"{name}: a {name} split is required; pass a (features, labels) pair"
+                             + (" (only val may be None)" if name != "val" else ""))
         return None
     if isinstance(value, SplitArrays):
-        return value
+        return SplitArrays(X=value.X, y=value.y, name=value.name or name)
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
+        raise PrismError(f"{name}: pass a (features, labels) pair, got {type(value).__name__}")
     try:
         X, y = value
     except (TypeError, ValueError):
         raise PrismError(f"{name}: pass a (features, labels) pair") from None
     return SplitArrays(X=X, y=y, name=name)
+
+
+def _names(value: Any, where: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, Iterable):
+        raise PrismError(f"{where}: pass a plugin name or a list of them, got {value!r}")
+    out = list(value)
+    bad = [v for v in out if not isinstance(v, str)]
+    if bad:
+        raise PrismError(f"{where}: {bad[0]!r} is not a plugin name (pass strings)")
+    return out
+
+
+def _label(value: Any, where: str) -> str:
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool) or not str(value).strip():
+        raise PrismError(f"{where}: must be a non-empty name, got {value!r}")
+    return str(value)
 
 
 def check_fractions(fractions: Iterable[float], where: str = "label_fractions") -> tuple[float, ...]:
@@ -64,6 +88,7 @@ def evaluate(
     dataset: str = "dataset",
     disable: Iterable[str] = (),
     plugins: Iterable[Any] = (),
+    allow_split_overlap: Iterable[Any] = (),
 ) -> pd.DataFrame:
     """Run the PRISM protocol on train/val/test embeddings; return the per-run table.
 
@@ -83,6 +108,12 @@ def evaluate(
 
     ``plugins``: extra plugin objects (modules or objects with ``@hookimpl`` functions) used for this
     call beside the installed ones, e.g. a metric under development.
+
+    The splits are checked together (:func:`prism_plugin.protocol.inputs.check_data`): identical
+    val and test (or train and test) raise a PrismError unless ``allow_split_overlap`` names the
+    pair (e.g. ``["val", "test"]``); rows shared between splits, all-zero rows, large feature
+    scales, a one-class test split and rare classes are warned about. The data checks found are in
+    the returned table's ``attrs["data_checks"]``.
     """
     import warnings
 
@@ -91,10 +122,22 @@ def evaluate(
                                    proportional_val=proportional_val, probe=probe)
     if not isinstance(binary_logits, str) or binary_logits not in ("symmetric", "natural"):
         raise PrismError(f"binary_logits must be 'symmetric' or 'natural', got {binary_logits!r}")
-    tr, va, te = _split(train, "train"), _split(val, "val"), _split(test, "test")
+    allowed = check_overlap_allowance(allow_split_overlap, "allow_split_overlap")
+    disable = _names(disable, "disable")
+    if isinstance(plugins, (str, bytes)) or not isinstance(plugins, Iterable):
+        raise PrismError(f"plugins: pass a list of plugin objects (modules or objects with @hookimpl functions), "
+                         f"got {plugins!r}")
+    plugins = list(plugins)
+    model, dataset = _label(model, "model"), _label(dataset, "dataset")
+    tr, va, te = _split(train, "train"), _split(val, "val", required=False), _split(test, "test")
     k = check_splits(tr, va, te, n_classes)
     if va is None:
         warnings.warn("no validation split: temperature and scaled ECE are NaN (never fitted on test)", stacklevel=2)
+    checks = check_data({"train": tr, "val": va, "test": te}, allowed=allowed,
+                        allow_hint="allow_split_overlap=[{a!r}, {b!r}]", emit=False)
+    for c in checks:
+        if c["level"] == "warning":
+            warnings.warn(c["message"], stacklevel=2)
     spec = GridSpec(
         fractions=fractions,
         seeds=settings["seeds"],
@@ -103,13 +146,12 @@ def evaluate(
         binary_logits=binary_logits,
         proportional_val=settings["proportional_val"],
     )
-    disable = [disable] if isinstance(disable, str) else list(disable)
-    plugins = list(plugins)
     host = PluginHost(disable=disable, extra_plugins=plugins) if plugins else get_host(disable)
-    model, dataset = str(model), str(dataset)
     ident = {"task": dataset, "adapter": model, "model": model, "dataset": dataset}
     rows = run_grid(tr, va, te, k, spec, host, ident)
-    return rows_to_frame([rows[key] for key in grid_keys(spec)])
+    out = rows_to_frame([rows[key] for key in grid_keys(spec)])
+    out.attrs["data_checks"] = checks
+    return out
 
 
 __all__ = ["evaluate", "check_fractions", "SplitArrays"]

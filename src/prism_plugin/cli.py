@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from prism_plugin.commands.model_args import add_model_options, model_specs
-from prism_plugin.errors import PrismError
+from prism_plugin.errors import PrismError, printable
 
 PROG = "prism-run"
 
@@ -28,7 +28,7 @@ PROG = "prism-run"
 def _one_line_warnings() -> None:
     def show(message, category, filename, lineno, file=None, line=None):
         text = str(message).splitlines()[0] if str(message) else category.__name__
-        print(f"{PROG}: warning: {text}", file=sys.stderr)
+        print(f"{PROG}: warning: {printable(text)}", file=sys.stderr)
 
     warnings.showwarning = show
 
@@ -100,6 +100,10 @@ def main_parser(host=None) -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1, mps")
     p.add_argument("--num-workers", type=int, default=None, metavar="N", help="DataLoader workers for extraction")
     p.add_argument("--offline", action="store_true", help="never touch the network (sets HF_HUB_OFFLINE=1)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the runs.csv of an existing results folder even when this grid drops some of "
+                        "its runs (other label fractions, seeds, task or model); without it that is refused. "
+                        "Saved cells are kept either way")
     p.add_argument("--no-report", action="store_true", help="do not write report.html and report.md")
     p.add_argument("--quiet", action="store_true", help="no progress bars or tables")
     p.set_defaults(model_order=[])
@@ -148,6 +152,12 @@ def _calling(entry, stage: str, debug: bool, call, *args: Any):
         return call(*args)
     except (PrismError, KeyboardInterrupt):
         raise
+    except OSError as exc:
+        from prism_plugin.fsfaults import is_file_system_fault
+
+        if debug or is_file_system_fault(exc):  # a full or read-only disk is not the command's bug
+            raise
+        raise CommandFailure(entry, stage, exc) from exc
     except Exception as exc:
         if debug:
             raise
@@ -199,11 +209,45 @@ def disabled_in(argv: Sequence[str]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- dispatch
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: unwinds like Ctrl-C, so temporary files are removed and pool workers stopped."""
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise Terminated()
+
+
+def _install_sigterm():
+    """Turn SIGTERM into :class:`Terminated` (main thread, default disposition only); the old handler."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return None  # an embedding application has its own handler
+        return signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - no signals here
+        return None
+
+
 def main(argv: Sequence[str] | None = None, host=None) -> int:
     """``prism-run``; ``host`` (a :class:`~prism_plugin.plugins.PluginHost`) replaces the one built from argv."""
+    import signal
+
     argv = list(sys.argv[1:] if argv is None else argv)
     _one_line_warnings()
     debug = "--debug" in argv
+    previous = _install_sigterm()
+    try:
+        return _main(argv, host, debug)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str], host, debug: bool) -> int:
     try:
         return _dispatch(argv, host, debug)
     except PrismError as exc:
@@ -212,17 +256,31 @@ def main(argv: Sequence[str] | None = None, host=None) -> int:
         problems = str(exc).splitlines() or [type(exc).__name__]
         more = (f" (and {len(problems) - 1} more problem(s): `{PROG} validate` lists every one)"
                 if len(problems) > 1 else "")
-        print(f"{PROG}: error: {problems[0]}{more}", file=sys.stderr)
+        print(f"{PROG}: error: {printable(problems[0])}{more}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; finished runs are kept, rerun the same command to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"{PROG}: {what}; finished runs are kept, rerun the same command to resume", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    except OSError as exc:  # the file system's fault (full, read-only, quota, names): the path and the fix
+        from prism_plugin.fsfaults import describe, is_file_system_fault
+
+        if debug or not is_file_system_fault(exc):
+            if debug:
+                raise
+            return _internal_error(exc)
+        print(f"{PROG}: error: {printable(describe(exc))}", file=sys.stderr)
+        return 2
     except Exception as exc:  # a bug, not bad input: say so in one line, traceback on --debug
         if debug:
             raise
-        print(f"{PROG}: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
-              file=sys.stderr)
-        return 1
+        return _internal_error(exc)
+
+
+def _internal_error(exc: BaseException) -> int:
+    print(f"{PROG}: internal error: {type(exc).__name__}: {printable(str(exc))} (rerun with --debug for the traceback)",
+          file=sys.stderr)
+    return 1
 
 
 def _dispatch(argv: list[str], host, debug: bool) -> int:

@@ -14,7 +14,6 @@ they are used). Types:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -349,8 +348,9 @@ class ReportView:
 
     @cached_property
     def summary(self) -> dict[str, Any]:
-        p = self.path / "summary.json"
-        return json.loads(p.read_text()) if p.exists() else {}
+        from prism_plugin.results import read_summary  # {} for a summary that does not describe runs.csv
+
+        return read_summary(self.path)
 
     def table(self, stem: str) -> pd.DataFrame | None:
         if self.summaries is not None and stem in getattr(self.summaries, "tables", {}):
@@ -374,9 +374,10 @@ class ReportView:
         from prism_plugin.results import summary_dirs
 
         out = []
+        from prism_plugin.results import read_summary
+
         for folder in summary_dirs(self.sources):
-            try:
-                out.append(json.loads((folder / "summary.json").read_text()))
-            except (OSError, ValueError):
-                continue
+            summary = read_summary(folder)
+            if summary:
+                out.append(summary)
         return out

@@ -35,3 +35,9 @@ def suggest(name: str, known: Iterable[str]) -> str:
     """``"; did you mean 'x'?"`` or an empty string."""
     close = difflib.get_close_matches(name, sorted(set(known)), n=3, cutoff=0.6)
     return ("; did you mean " + ", ".join(repr(c) for c in close) + "?") if close else ""
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (``\\r``, ESC, NUL, ...) written as escapes: a message quoting a
+    key or value from a file can neither break the one-line output nor drive the terminal."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)

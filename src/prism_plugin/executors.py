@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import numpy as np
 
 from prism_plugin.errors import PrismError
+from prism_plugin.procs import die_with_parent
 from prism_plugin.protocol.grid import GridSpec, RunKey, grid_keys, run_grid
 from prism_plugin.protocol.inputs import SplitArrays
 
@@ -98,8 +99,29 @@ def plan_units(spec: GridSpec, done: Callable[[RunKey], bool]) -> list[tuple[flo
     return [(f, tuple(s)) for f, s in todo.items()]
 
 
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool now: cancel what has not started, kill the workers, release the queues."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        try:
+            proc.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+    for proc in processes:
+        try:
+            proc.join(timeout=5)
+        except (OSError, ValueError, AssertionError, AttributeError):
+            pass
+
+
 class Executor:
-    """Runs grid units; ``jobs == 1`` runs in-process with no pickling."""
+    """Runs grid units; ``jobs == 1`` runs in-process with no pickling.
+
+    With ``jobs > 1`` the units go to a pool of spawned worker processes that die with the driver
+    (see :func:`prism_plugin.procs.die_with_parent`); when the driver is interrupted (Ctrl-C,
+    SIGTERM, an error in a unit) the workers are killed at once rather than left to finish.
+    """
 
     name = "local"
 
@@ -116,12 +138,18 @@ class Executor:
             return
         import multiprocessing as mp
 
-        with ProcessPoolExecutor(max_workers=min(self.jobs, len(units)), mp_context=mp.get_context("spawn")) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(units)), mp_context=mp.get_context("spawn"),
+                                   initializer=die_with_parent, initargs=(os.getpid(),))
+        try:
             pending = {pool.submit(run_unit, job, f, s) for f, s in units}
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     yield from fut.result()
+        except BaseException:  # interrupted, terminated, or a unit failed: stop the workers now
+            _stop_pool(pool)
+            raise
+        pool.shutdown(wait=True)
 
     def describe(self) -> dict[str, Any]:
         return {"executor": self.name, "jobs": self.jobs}

@@ -37,8 +37,8 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from prism_plugin.contracts import ReportSection, ReportView, RunContext, RunTables, SummaryOutput
-    from prism_plugin.registrars import (AdapterRegistrar, AdaptationRegistrar, CommandRegistrar, HeadRegistrar,
-                                         MetricRegistrar, SourceRegistrar, TableRegistrar, TaskKeyRegistrar)
+    from prism_plugin.registrars import (AdapterRegistrar, AdaptationRegistrar, CheckRegistrar, CommandRegistrar,
+                                         HeadRegistrar, MetricRegistrar, SourceRegistrar, TableRegistrar, TaskKeyRegistrar)
 
 #: The typed registrar objects passed to the ``register_*`` hooks live in
 #: :mod:`prism_plugin.registrars`; each is called like a function.
@@ -124,6 +124,16 @@ def register_metrics(register: "MetricRegistrar") -> None:
     ``"max"``, ``"min"``, ``"sum"``). Described columns appear in ``summary.json`` cells
     (``summary=True``), the report's metric table (``report=True``), the transfer band table
     (``bands=True``) and ``prism-run compare`` (``compare=True``).
+    """
+
+
+@hookspec
+def register_checks(register: "CheckRegistrar") -> None:
+    """Register run-quality checks: ``register(name, check, *, description)``.
+
+    ``check(runs, ctx) -> list[Flag]`` (:class:`prism_plugin.quality.Flag`, ``ctx`` a
+    :class:`~prism_plugin.quality.QualityContext`) reads a finished runs table; its flags reach the
+    console, ``summary.json`` (``flags``, ``qualified``) and the verdict like the built-in ones.
     """
 
 

@@ -30,8 +30,8 @@ import pluggy
 
 from prism_plugin import hookspecs
 from prism_plugin.errors import PrismError, UnknownNameError
-from prism_plugin.registrars import (AdapterRegistrar, AdaptationRegistrar, CommandRegistrar, HeadRegistrar,
-                                     MetricRegistrar, Registrar, SourceRegistrar, TableRegistrar, TaskKeyRegistrar)
+from prism_plugin.registrars import (AdapterRegistrar, AdaptationRegistrar, CheckRegistrar, CommandRegistrar,
+                                     HeadRegistrar, MetricRegistrar, Registrar, SourceRegistrar, TableRegistrar, TaskKeyRegistrar)
 from prism_plugin.registry import Entry, Registry
 
 PLUGIN_GROUP = "prism_plugin"
@@ -44,13 +44,14 @@ BUILTIN_ORIGIN = "prism_plugin (built in)"
 #: names are what ``--disable`` takes. Order matters: ``run_metrics`` columns follow it.
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     # the core catalogues (registrations only): heads, sources, table kinds, task keys, metric
-    # descriptions, commands
+    # descriptions, commands, run-quality checks
     ("builtin_heads", "prism_plugin.protocol.probe"),
     ("builtin_sources", "prism_plugin.data.builtin"),
     ("builtin_tables", "prism_plugin.tables"),
     ("builtin_task_keys", "prism_plugin.tasks.keys"),
     ("builtin_metrics", "prism_plugin.metrics.descriptions"),
     ("builtin_commands", "prism_plugin.commands"),
+    ("builtin_checks", "prism_plugin.quality"),
     # the plugins (alphabetical: the run_metrics column order of the reference-era runs.csv)
     ("adaptation", "prism_plugin.adaptation.plugin"),
     ("budget", "prism_plugin.summaries.budget"),
@@ -79,7 +80,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
 #: The core catalogues cannot be disabled: without them no run validates (the PRISM probe, the
 #: table kinds, the task keys, the metric descriptions of summary.json, the subcommands).
 REQUIRED_PLUGINS = frozenset({"builtin_heads", "builtin_sources", "builtin_tables", "builtin_task_keys",
-                              "builtin_metrics", "builtin_commands"})
+                              "builtin_metrics", "builtin_commands", "builtin_checks"})
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,7 @@ CATALOGUES: dict[str, Catalogue] = {
     "task_keys": Catalogue(("register_task_keys",), TaskKeyRegistrar, "task key"),
     "metrics": Catalogue(("register_metrics",), MetricRegistrar, "metric"),
     "commands": Catalogue(("register_commands",), CommandRegistrar, "command"),
+    "checks": Catalogue(("register_checks",), CheckRegistrar, "quality check"),
 }
 
 
@@ -296,6 +298,15 @@ class PluginHost:
             if strict or isinstance(exc, PluginFailure):
                 raise
             return HookResult(plugin, None, PluginFailure(plugin, hook, exc, context))
+        except OSError as exc:
+            from prism_plugin.fsfaults import as_error, is_storage_fault
+
+            if is_storage_fault(exc):  # a full, read-only or over-quota disk: the storage's fault, not the plugin's
+                raise as_error(exc) from exc
+            failure = PluginFailure(plugin, hook, exc, context)
+            if strict:
+                raise failure from exc
+            return HookResult(plugin, None, failure)
         except Exception as exc:
             failure = PluginFailure(plugin, hook, exc, context)
             if strict:
@@ -366,6 +377,10 @@ class PluginHost:
     @property
     def commands(self) -> Registry:
         return self.registry("commands")
+
+    @property
+    def checks(self) -> Registry:
+        return self.registry("checks")
 
     # -- adapters and heads (the first two catalogues; kept for existing callers) ------------
     def adapters(self) -> dict[str, AdapterEntry]:

@@ -217,6 +217,16 @@ class MetricRegistrar(Registrar):
         self._add(column, info, description=description)
 
 
+class CheckRegistrar(Registrar):
+    def __call__(self, name: str, check: Any, *, description: str = "", aliases: Iterable[str] = ()) -> None:
+        """``check(runs, ctx) -> list[Flag]`` (:mod:`prism_plugin.quality`): what qualifies a runs table's
+        numbers (non-convergence, a temperature at its bound, ...); lazy ``"module:attr"`` allowed."""
+        if not callable(check) and not isinstance(check, str):
+            raise PrismError(f"quality check {name!r} (from {self.origin}): pass a function "
+                             "check(runs, ctx) -> list of Flag, or a 'module:attr' string")
+        self._add(name, check, description=description, aliases=aliases)
+
+
 class CommandRegistrar(Registrar):
     def __call__(self, name: str, command: Any, *, help: str = "", aliases: Iterable[str] = ()) -> None:
         """``command`` has ``add_parser(subparsers)`` and ``run(args) -> int`` (lazy ``"module"`` allowed)."""
@@ -225,6 +235,6 @@ class CommandRegistrar(Registrar):
         self._add(name, command, description=help, aliases=aliases)
 
 
-__all__ = ["AdapterRegistrar", "AdaptationRegistrar", "CommandRegistrar", "HeadRegistrar", "MetricInfo",
+__all__ = ["AdapterRegistrar", "AdaptationRegistrar", "CheckRegistrar", "CommandRegistrar", "HeadRegistrar", "MetricInfo",
            "MetricRegistrar", "Registrar", "SourceRegistrar", "TableKind", "TableRegistrar", "TaskKey",
            "TaskKeyContext", "TaskKeyRegistrar", "AGGREGATIONS", "DIRECTIONS"]

@@ -8,9 +8,24 @@ Layout of a results directory::
     report.md       the report (and report.html when the report plugin is present)
 
 Every file is written to a temporary name in the same folder and renamed, so a
-reader sees either the old complete file or the new complete one. A killed run
-restarted with the same arguments reuses every cell whose inputs fingerprint
-matches and recomputes the rest; the assembled ``runs.csv`` is byte-identical.
+reader sees either the old complete file or the new complete one; files get the
+permissions the umask gives (0644 under umask 022), not the temporary file's 0600.
+A killed run restarted with the same arguments reuses every cell whose inputs
+fingerprint matches and recomputes the rest; the assembled ``runs.csv`` is
+byte-identical.
+
+Integrity:
+
+* every cell carries a SHA-256 of its content (:func:`cell_checksum`); an edited or
+  damaged cell is recomputed ("checksum mismatch (edited or corrupt)");
+* ``summary.json`` and the report carry the SHA-256 of the ``runs.csv`` they describe
+  (``runs_sha256``). Before a rerun replaces ``runs.csv`` with other content, the old
+  ``summary.json`` is marked ``"stale"`` and the old report removed, so a run killed
+  between the two writes leaves no summary or report that silently disagrees with
+  ``runs.csv``; readers (:func:`summary_problem`, :func:`read_summary`,
+  :func:`summary_dirs`) skip and name a summary that does not match;
+* a grid that would drop runs of the folder's existing ``runs.csv`` is refused
+  (:func:`check_grid_kept`) unless ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -20,6 +35,8 @@ import json
 import math
 import os
 import tempfile
+import threading
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -71,17 +88,31 @@ def runs_files(paths: Iterable[str | Path]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def summary_dirs(paths: Iterable[str | Path]) -> list[Path]:
+def summary_dirs(paths: Iterable[str | Path], *, verified: bool = True) -> list[Path]:
     """The results directories (folders with a ``summary.json``) of ``paths``: a path holding one
     itself, else every one below it (a group folder's combined runs.csv has no summary.json of its
-    own, its members do)."""
+    own, its members do).
+
+    ``verified`` (default): a folder whose ``summary.json`` does not describe its ``runs.csv``
+    (:func:`summary_problem`: a rerun killed between the two writes, or an edited file) is left
+    out, with one warning naming it and the fix."""
     out: list[Path] = []
     for p in map(Path, paths):
-        if (p / "summary.json").exists():
+        if (p / SUMMARY_NAME).is_file():
             out.append(p)
         elif p.is_dir():
-            out.extend(f.parent for f in sorted(p.rglob("summary.json")))
-    return list(dict.fromkeys(out))
+            out.extend(f.parent for f in sorted(p.rglob(SUMMARY_NAME)) if f.is_file())
+    out = list(dict.fromkeys(out))
+    if verified:
+        kept = []
+        for folder in out:
+            problem = summary_problem(folder)
+            if problem is None:
+                kept.append(folder)
+            else:
+                warn_once(problem)
+        out = kept
+    return out
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -98,28 +129,66 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process umask (read from ``/proc`` where it can be, else set and restored at once)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
+
+
+def honour_umask(target: int | str | os.PathLike, mode: int = 0o666) -> None:
+    """Give a file (descriptor or path) made by :mod:`tempfile` (always 0600, 0700 for a folder)
+    the permissions an ordinary ``open`` would: ``mode & ~umask``. Folders: pass ``mode=0o777``.
+    Best effort: a file system that refuses ``chmod`` keeps the private mode."""
+    wanted = mode & ~current_umask()
+    try:
+        if isinstance(target, int):
+            os.fchmod(target, wanted)
+        else:
+            os.chmod(target, wanted)
+    except (OSError, NotImplementedError):
+        pass
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to a unique temporary name beside ``path``, fsync, rename over ``path``.
 
     A reader (or a process killed at any instant) sees the old complete file or
     the new complete one, never a mixture; concurrent writers of the same path
-    each rename a complete file and the last one wins.
+    each rename a complete file and the last one wins. The file gets the
+    permissions the umask gives (``0o666 & ~umask``). An ``OSError`` names
+    ``path`` (not its temporary sibling).
     """
+    from prism_plugin.fsfaults import naming
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+    with naming(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+            honour_umask(fd)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
     _fsync_dir(path.parent)
 
 
@@ -152,12 +221,265 @@ def dumps(obj: Any) -> str:
     return json.dumps(_clean(obj), indent=2, default=_json_default, sort_keys=False) + "\n"
 
 
+def csv_text(df: pd.DataFrame, index: bool = False) -> str:
+    """The exact text :func:`write_csv` writes (``runs.csv`` bytes are compared and hashed)."""
+    return df.to_csv(index=index, lineterminator="\n")
+
+
 def write_csv(path: Path, df: pd.DataFrame, index: bool = False) -> None:
-    atomic_write_text(path, df.to_csv(index=index, lineterminator="\n"))
+    atomic_write_text(path, csv_text(df, index))
 
 
-#: Bumped when the layout of a cell file changes; older cells are recomputed.
-CELL_FORMAT = 1
+# --------------------------------------------------------------------------- integrity
+RUNS_NAME = "runs.csv"
+SUMMARY_NAME = "summary.json"
+REPORT_NAMES = ("report.html", "report.md")
+#: the key of summary.json (and the stamp of the report) holding the SHA-256 of the runs.csv it describes
+RUNS_DIGEST_KEY = "runs_sha256"
+#: what to do about a summary or report that does not describe its folder's runs.csv
+REWRITE_FIX = ("rerun the same prism-run command into this folder to rewrite it (finished runs are reused), "
+               "or `prism-run report DIR` for the report alone")
+#: what each name of a results directory must be (prism-run writes them; anything else there is refused)
+LAYOUT = {"cells": "folder", RUNS_NAME: "file", SUMMARY_NAME: "file", "report.html": "file", "report.md": "file",
+          "figures": "folder", "summaries": "folder", "artifacts": "folder", "reliability": "folder"}
+
+_WARNED: set[str] = set()
+
+
+def warn_once(message: str, *, always: bool = False) -> None:
+    """``warnings.warn(message)`` the first time this process says it (several readers meet one stale
+    file); ``always``: say it now in any case (a command's own check), the readers then stay quiet."""
+    if always or message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, stacklevel=3)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def runs_digest(path: str | Path) -> str | None:
+    """SHA-256 of a ``runs.csv`` file's bytes; ``None`` when it is absent or unreadable."""
+    try:
+        return sha256_hex(Path(path).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def runs_stamp(files: Iterable[str | Path]) -> str | None:
+    """The digest a report is stamped with: the ``runs.csv`` SHA-256 of a single source, or a SHA-256
+    over ``name=sha256`` lines of several (sorted); ``None`` for none."""
+    digests = sorted((str(Path(f)), runs_digest(f) or "missing") for f in files)
+    if not digests:
+        return None
+    if len(digests) == 1:
+        return digests[0][1]
+    return sha256_hex("\n".join(f"{name}={d}" for name, d in digests).encode())
+
+
+def check_layout(folder: str | Path, where: str | None = None) -> None:
+    """Refuse a results folder in which a name prism-run writes is the wrong kind of thing
+    (``cells`` a file, ``runs.csv`` a folder, ...) or cannot be written: one line naming it."""
+    from prism_plugin.errors import PrismError
+
+    folder = Path(folder)
+    where = where or f"--output {folder}"
+    for name, kind in LAYOUT.items():
+        path = folder / name
+        if path.is_symlink() and not path.exists():
+            what = "a broken link"
+        elif not path.exists():
+            continue
+        elif kind == "folder" and not path.is_dir():
+            what = "a file"
+        elif kind == "file" and path.is_dir():
+            what = "a folder"
+        elif kind == "file" and not path.is_file():
+            what = "not a regular file"
+        else:
+            if kind == "folder" and not os.access(path, os.W_OK | os.X_OK):
+                raise PrismError(f"{where}: {path} is not writable; make it writable or choose another --output")
+            continue
+        raise PrismError(f"{where}: {path} is {what}, where prism-run keeps its {name} {kind}; "
+                         "move it aside or choose another --output")
+
+
+def summary_problem(folder: str | Path) -> str | None:
+    """Why ``folder/summary.json`` does not describe ``folder/runs.csv`` (one line with the fix), or
+    ``None`` when it does, or when there is no summary, or it predates the ``runs_sha256`` stamp."""
+    folder = Path(folder)
+    path = folder / SUMMARY_NAME
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return f"{path} is unreadable (truncated or corrupt); {REWRITE_FIX}"
+    if not isinstance(data, dict):
+        return f"{path} is not a prism-run summary (not a JSON object); {REWRITE_FIX}"
+    if data.get("stale"):
+        return f"{path} is out of date: {data['stale']}"
+    stamp = data.get(RUNS_DIGEST_KEY)
+    if stamp is None:
+        return None  # written before summaries were stamped: nothing to compare it with
+    digest = runs_digest(folder / RUNS_NAME)
+    if digest is None:
+        return f"{path} describes a {RUNS_NAME} that is not in {folder}; {REWRITE_FIX}"
+    if digest != stamp:
+        return (f"{path} describes another {RUNS_NAME} than the one in {folder} (a rerun stopped before it "
+                f"finished, or {RUNS_NAME} was edited); {REWRITE_FIX}")
+    return None
+
+
+def report_stamp(text: str) -> str | None:
+    """The ``runs.csv`` digest a report (Markdown or HTML) was stamped with (``None``: unstamped)."""
+    import re
+
+    m = re.search(r"<!-- prism-plugin " + RUNS_DIGEST_KEY + r": ([0-9a-f]{64}) -->", text)
+    return m.group(1) if m else None
+
+
+def report_problem(folder: str | Path) -> str | None:
+    """Why the report in a results directory does not describe its ``runs.csv`` (``None``: it does, or
+    there is no report, or the report is unstamped)."""
+    folder = Path(folder)
+    for name in REPORT_NAMES:
+        path = folder / name
+        try:
+            stamp = report_stamp(path.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+        if stamp is not None and stamp != runs_digest(folder / RUNS_NAME):
+            return (f"{path} describes another {RUNS_NAME} than the one in {folder}; "
+                    f"`prism-run report {folder}` rebuilds it")
+    return None
+
+
+def read_summary(folder: str | Path) -> dict[str, Any]:
+    """``folder/summary.json`` when it describes ``folder/runs.csv``; ``{}`` when it is absent, or
+    does not (then one warning names it and the fix: nothing is read from a stale summary)."""
+    folder = Path(folder)
+    problem = summary_problem(folder)
+    if problem is not None:
+        warn_once(problem)
+        return {}
+    try:
+        data = json.loads((folder / SUMMARY_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _run_id(fraction: Any, seed: Any) -> str:
+    return f"f{float(fraction):g}-s{int(seed)}"  # prism_plugin.protocol.grid.RunKey.id
+
+
+def existing_runs(path: str | Path) -> tuple[list[tuple[Any, Any, float, int]], str | None]:
+    """The ``(task, model, fraction, seed)`` of every intact row of the ``runs.csv`` at ``path``
+    (rows with another number of fields, or an unreadable fraction or seed, are left out), and
+    ``None``; or ``([], why)`` when the file is not a prism-run table. A missing or empty file: ``([], None)``."""
+    import csv
+    import io
+
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return [], None
+    except OSError as exc:
+        return [], f"unreadable ({exc.strerror or type(exc).__name__})"
+    if not raw.strip():
+        return [], None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return [], "not a prism-run table (not UTF-8 text)"
+    if not text.endswith("\n"):  # a cut-off last line is not a run
+        text = text[: text.rfind("\n") + 1]
+    try:
+        table = list(csv.reader(io.StringIO(text)))
+    except csv.Error:
+        return [], "not a prism-run table (not CSV)"
+    if not table or "fraction" not in table[0] or "seed" not in table[0]:
+        return [], "not a prism-run table (no fraction and seed columns)"
+    header = table[0]
+    col = {name: header.index(name) for name in ("task", "model", "fraction", "seed") if name in header}
+    out = []
+    for fields in table[1:]:
+        if len(fields) != len(header):
+            continue
+        try:
+            fraction, seed = float(fields[col["fraction"]]), int(float(fields[col["seed"]]))
+        except (ValueError, OverflowError):
+            continue
+        if not math.isfinite(fraction):
+            continue
+        out.append((fields[col["task"]] if "task" in col else None, fields[col["model"]] if "model" in col else None,
+                    fraction, seed))
+    return out, None
+
+
+def describe_runs(runs: Iterable[tuple[Any, Any, float, int]]) -> str:
+    """``task T, model M: label_fractions [0.1, 1] x seeds [0, 1]`` (one part per task and model)."""
+    groups: dict[tuple[Any, Any], tuple[set, set]] = {}
+    for task, model, fraction, seed in runs:
+        fr, sd = groups.setdefault((task, model), (set(), set()))
+        fr.add(float(fraction))
+        sd.add(int(seed))
+    parts = []
+    for (task, model), (fr, sd) in groups.items():
+        grid = f"label_fractions [{', '.join(f'{f:g}' for f in sorted(fr))}] x seeds [{', '.join(map(str, sorted(sd)))}]"
+        parts.append(f"task {task}, model {model}: {grid}")
+    shown = "; ".join(parts[:3]) + (f"; ... ({len(parts)} task/model pairs)" if len(parts) > 3 else "")
+    return shown or "no runs"
+
+
+def check_grid_kept(runs_csv: str | Path, planned: Iterable[tuple[Any, Any, float, int]], *, overwrite: bool,
+                    where: str) -> None:
+    """Refuse a run that would replace ``runs_csv`` by a table without some of its runs.
+
+    ``planned``: the ``(task, model, fraction, seed)`` of every run the new table will hold. The
+    same grid or a larger one passes (its cells are reused); a grid that drops runs present in
+    ``runs_csv`` (other fractions, seeds, task or model) is refused with one line naming ``where``,
+    both grids and the fix, unless ``overwrite``. Saved cells are never deleted either way.
+    """
+    from prism_plugin.errors import PrismError
+
+    if overwrite:
+        return
+    planned = list(planned)
+    old, problem = existing_runs(runs_csv)
+    if problem is not None:
+        raise PrismError(f"{where}: {runs_csv} is {problem}; move it aside, choose another --output, "
+                         "or pass --overwrite to replace it")
+    keep = {(str(t), str(m), _run_id(f, s)) for t, m, f, s in planned}
+    dropped = [r for r in old if (str(r[0]), str(r[1]), _run_id(r[2], r[3])) not in keep]
+    if not dropped:
+        return
+    sample = ", ".join(dict.fromkeys(_run_id(r[2], r[3]) for r in dropped[:3]))
+    raise PrismError(
+        f"{where}: its {RUNS_NAME} holds {len(old)} run(s) ({describe_runs(old)}) and this run's grid "
+        f"({describe_runs(planned)}) would drop {len(dropped)} of them (e.g. {sample}); run a grid that "
+        f"includes them (a larger grid keeps them and reuses their cells), choose another --output, or pass "
+        f"--overwrite to replace the table (saved cells are kept)")
+
+
+#: Bumped when the layout of a cell file changes; older cells are recomputed. 2: a ``checksum``
+#: (format 1 cells had none, so an edit could not be told from a result: they are recomputed once).
+CELL_FORMAT = 2
+
+
+def _plain(obj: Any) -> Any:
+    """``obj`` as JSON gives it back (numpy scalars -> numbers, tuples -> lists): what a cell reads."""
+    return json.loads(json.dumps(obj, default=_json_default, allow_nan=True))
+
+
+def cell_checksum(payload: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON (sorted keys, no spaces) of a cell's content: every key but
+    ``checksum`` (format, scope, run id, fingerprint, inputs and the row)."""
+    body = {k: v for k, v in payload.items() if k != "checksum"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=_json_default, allow_nan=True)
+    return sha256_hex(text.encode("utf-8"))
 
 
 def explain_change(old: Any, new: Any) -> str:
@@ -206,6 +528,8 @@ class ResultsDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.cells_dir = self.path / "cells"
+        #: what the last :meth:`write_runs` invalidated (summary.json, report.*)
+        self.invalidated: list[str] = []
 
     def cell_path(self, scope: str, run_id: str) -> Path:
         safe = "".join(ch if ch.isalnum() or ch in "-_.=" else "_" for ch in f"{scope}--{run_id}")
@@ -216,16 +540,18 @@ class ResultsDir:
 
     def save_cell(self, scope: str, run_id: str, fingerprint: str, row: dict,
                   parts: dict[str, Any] | None = None) -> None:
-        payload = {"format": CELL_FORMAT, "scope": scope, "run_id": run_id, "fingerprint": fingerprint,
-                   "inputs": parts, "row": row}
-        atomic_write_text(self.cell_path(scope, run_id), json.dumps(payload, default=_json_default, allow_nan=True))
+        payload = _plain({"format": CELL_FORMAT, "scope": scope, "run_id": run_id, "fingerprint": fingerprint,
+                          "inputs": parts, "row": row})
+        payload["checksum"] = cell_checksum(payload)
+        atomic_write_text(self.cell_path(scope, run_id), json.dumps(payload, allow_nan=True))
 
     def load_cell(self, scope: str, run_id: str, fingerprint: str, parts: dict[str, Any] | None = None,
                   expect: dict[str, Any] | None = None) -> tuple[dict | None, str | None]:
         """(row, None) when reusable; (None, reason) when stale or unreadable; (None, None) if absent.
 
         ``expect`` lists columns the row must hold exactly (e.g. the run's
-        fraction and seed, which the file name only shows to 6 digits).
+        fraction and seed, which the file name only shows to 6 digits). A cell whose
+        content does not match its checksum (edited by hand, bit rot) is not reused.
         """
         path = self.cell_path(scope, run_id)
         try:
@@ -241,6 +567,15 @@ class ResultsDir:
                 raise TypeError("row is not a mapping")
         except (ValueError, KeyError, TypeError, RecursionError):
             return None, f"{path.name} is unreadable (truncated or corrupt)"
+        if payload.get("format") != CELL_FORMAT:
+            return None, (f"{path.name}: saved in cell format {payload.get('format')!r}, not {CELL_FORMAT} "
+                          "(older cells carry no checksum)")
+        try:
+            intact = payload.get("checksum") == cell_checksum(payload)
+        except (TypeError, ValueError, RecursionError):
+            intact = False
+        if not intact:
+            return None, f"{path.name}: checksum mismatch (edited or corrupt)"
         if payload.get("scope", scope) != scope or payload.get("run_id", run_id) != run_id:
             return None, f"{path.name} belongs to another run ({payload.get('scope')} {payload.get('run_id')})"
         if payload.get("fingerprint") != fingerprint:
@@ -252,11 +587,53 @@ class ResultsDir:
                 return None, f"{path.name}: computed for {column} {row.get(column)!r}, not {value!r}"
         return row, None
 
-    def write_runs(self, df: pd.DataFrame, name: str = "runs.csv") -> Path:
+    def write_runs(self, df: pd.DataFrame, name: str = RUNS_NAME) -> Path:
+        """Write ``runs.csv``. When its content changes, the summary and report of the old content
+        are invalidated first (:meth:`invalidate_derived`): a run killed after this write leaves
+        no summary or report that silently describes the old table."""
         target = self.path / name
-        write_csv(target, df)
+        text = csv_text(df)
+        if name == RUNS_NAME:
+            self.invalidate_derived(sha256_hex(text.encode("utf-8")))
+        atomic_write_text(target, text)
         self.sweep_tmp()
         return target
+
+    def invalidate_derived(self, new_digest: str) -> list[str]:
+        """Before ``runs.csv`` is replaced by content of SHA-256 ``new_digest``: mark ``summary.json``
+        ``"stale"`` (it is kept, so what it said can still be read) and remove ``report.html`` /
+        ``report.md`` (``prism-run report DIR`` rebuilds them), unless they already describe
+        ``new_digest``. Returns the names invalidated (also kept in ``self.invalidated``)."""
+        done: list[str] = []
+        if runs_digest(self.path / RUNS_NAME) == new_digest:
+            self.invalidated = done
+            return done  # the same table again (a resumed run): everything still matches
+        summary = self.path / SUMMARY_NAME
+        if summary.is_file():
+            try:
+                data = json.loads(summary.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+                data = None
+            if not isinstance(data, dict):
+                summary.unlink()
+                done.append(SUMMARY_NAME)
+            elif data.get(RUNS_DIGEST_KEY) != new_digest and not data.get("stale"):
+                stale = {"stale": f"{RUNS_NAME} was replaced by a later run that did not write this summary "
+                                  f"(it describes the earlier table); {REWRITE_FIX}"}
+                atomic_write_text(summary, dumps({**stale, **data}))
+                done.append(SUMMARY_NAME)
+        for report in REPORT_NAMES:
+            path = self.path / report
+            if path.is_file():
+                try:
+                    stamp = report_stamp(path.read_text(encoding="utf-8", errors="replace"))
+                except OSError:
+                    stamp = None
+                if stamp != new_digest:
+                    path.unlink()
+                    done.append(report)
+        self.invalidated = done
+        return done
 
     def sweep_tmp(self, min_age_s: float = 600.0) -> int:
         """Delete temporary files left by writes that were killed (older than ``min_age_s``: a
@@ -276,11 +653,14 @@ class ResultsDir:
         return removed
 
     def write_json(self, name: str, obj: Any) -> Path:
+        """Write ``name`` as JSON; ``summary.json`` is stamped with the SHA-256 of the ``runs.csv`` beside
+        it (``runs_sha256``, see :func:`summary_problem`)."""
         target = self.path / name
+        if name == SUMMARY_NAME and isinstance(obj, dict):
+            obj = {k: v for k, v in obj.items() if k not in ("stale", RUNS_DIGEST_KEY)}
+            obj[RUNS_DIGEST_KEY] = runs_digest(self.path / RUNS_NAME)
         atomic_write_text(target, dumps(obj))
         return target
-
-
 
 
 def _first(values):

@@ -22,7 +22,7 @@ from prism_plugin.errors import PrismError
 from prism_plugin.metrics.descriptions import metric_infos
 from prism_plugin.protocol.grid import GridSpec, RunKey, grid_keys, run_grid
 from prism_plugin.protocol.inputs import check_splits
-from prism_plugin.results import ResultsDir, cell_stats, rows_to_frame
+from prism_plugin.results import RUNS_NAME, ResultsDir, cell_stats, check_grid_kept, check_layout, rows_to_frame
 from prism_plugin.tasks.schema import TaskConfig
 from prism_plugin.versions import NUMERIC_LIBS, library_versions
 
@@ -42,6 +42,8 @@ class JobOptions:
     log: Callable[[str], None] = print
     #: where the grid runs (see prism_plugin.executors); None = in-process
     executor: Any = None
+    #: ``--overwrite``: replace the folder's runs.csv even when this grid drops some of its runs
+    overwrite: bool = False
 
 
 @dataclass
@@ -111,16 +113,25 @@ def _digest_full(parts: dict[str, Any]) -> str:
 
 
 def _safe_name(text: str) -> str:
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text).strip(".") or "_"
-    return safe[:120]
+    """One harmless path component (:func:`prism_plugin.paths.safe_component`)."""
+    from prism_plugin.paths import safe_component
+
+    return safe_component(text)
 
 
 def default_output(base: Path, task: str, adapter_name: str) -> Path:
-    return base / _safe_name(task) / _safe_name(adapter_name)
+    """``base/<task>/<model>``: both names sanitised to one component each and confined under ``base``."""
+    from prism_plugin.paths import confined
+
+    return confined(base, task, adapter_name)
 
 
-def _check_before_work(task: TaskConfig, opts: JobOptions) -> None:
-    """Problems that would otherwise surface only after the extraction: fail before it."""
+def check_before_work(task: TaskConfig, opts: JobOptions, model: str | None = None) -> None:
+    """Problems that would otherwise surface only after the extraction: fail before it.
+
+    ``model``: the ``model`` column of this run (the adapter's display name); with it, a grid that
+    would drop runs of the folder's existing ``runs.csv`` is refused unless ``opts.overwrite``.
+    """
     ids = [RunKey(float(f), int(s)).id for f in task.label_fractions for s in task.seeds]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -132,12 +143,18 @@ def _check_before_work(task: TaskConfig, opts: JobOptions) -> None:
     parent = next((p for p in [out, *out.parents] if p.exists()), None)
     if parent is not None and (not parent.is_dir() or not os.access(parent, os.W_OK)):
         raise PrismError(f"--output {out}: cannot write under {parent}; pass a writable results folder")
+    if out.is_dir():
+        check_layout(out)
+        if model is not None:
+            planned = [(task.name, model, float(f), int(s)) for f in task.label_fractions for s in task.seeds]
+            check_grid_kept(out / RUNS_NAME, planned, overwrite=getattr(opts, "overwrite", False),
+                            where=f"--output {out}")
 
 
 def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     """Run one task for one adapter; write and return the results directory."""
     t_start = time.perf_counter()
-    _check_before_work(task, opts)
+    check_before_work(task, opts, adapter.display_name)
     if task.is_transfer:
         splits, emb_info = transfer_embeddings(task, adapter, opts, host=host)
     else:
@@ -210,12 +227,30 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
             raise PrismError(f"results cell {key.id} of {task.name} is missing after the run ({reason})")
         rows.append(row)
     runs = rows_to_frame(rows)
-    results.write_runs(runs)
-    collapsed = sorted({float(r["fraction"]) for r in rows if r.get("degenerate")})
+    results.write_runs(runs)  # first invalidates a summary/report of other content (a kill leaves no mismatch)
+    gone = [n for n in results.invalidated if n.startswith("report.")]
+    if gone and not opts.report:
+        opts.log(f"{task.name}: removed {' and '.join(gone)} of {results.path}: they described the earlier "
+                 f"runs.csv (`prism-run report {results.path}` rebuilds them)")
+    from prism_plugin import quality
+
+    flags = quality.run_flags(runs, t_bounds=task.temperature_bounds, data_checks=emb_info.get("data_checks"),
+                              checks=quality.host_checks(host),
+                              name=task.name)
+    one_class = any(r.get("n_test_classes") == 1 for r in rows) or any(
+        isinstance(c, dict) and c.get("check") == "single_class_test" for c in emb_info.get("data_checks") or ())
+    collapsed, degenerate = _collapse_fractions(rows, one_class)
     if collapsed:
-        msg = (f"{adapter.display_name} on {task.name}: probe collapsed (>99% of test predictions in one class) "
-               f"at fraction(s) {', '.join(f'{f:g}' for f in collapsed)}")
+        msg = (f"{adapter.display_name} on {task.name}: probe collapsed (predicts one class beyond its test share "
+               f"and recalls no other class) at fraction(s) {', '.join(f'{f:g}' for f in collapsed)}")
         warnings.warn(msg, stacklevel=2)
+    elif one_class and degenerate:
+        warnings.warn(f"{adapter.display_name} on {task.name}: the test split has one class, so predicting it is not "
+                      "a probe collapse; AUROC is undefined and ECE/F1 describe that class only", stacklevel=2)
+    for line in quality.console_lines([f for f in flags if f.level == "warning"],
+                                      f"{adapter.display_name} on {task.name}"):
+        opts.log(line)
+    runs.attrs["flags"] = [f.to_dict() for f in flags]
     summary = {
         "task": task.name,
         "model": adapter.display_name,
@@ -224,6 +259,9 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
         "n_runs": len(rows),
         "cells": cell_stats(runs, ["model", *columns], metric_infos(host, "summary")),
         "collapsed_fractions": collapsed,
+        "degenerate_fractions": degenerate,
+        "qualified": quality.qualified(flags),
+        "flags": [f.to_dict() for f in flags],
         "reused_cells": reused,
         "stale_cells": stale,
         "run_fingerprint": fingerprint,
@@ -243,16 +281,51 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     return JobResult(task, results.path, runs, summary)
 
 
-def compact_table(runs: pd.DataFrame) -> str:
-    """Seed mean ± std per fraction of the headline metrics, as fixed-width text."""
+def _collapse_fractions(rows: list[dict], one_class: bool = False) -> tuple[list[float], list[float]]:
+    """(fractions with a prevalence-aware collapse, fractions with PRISM's ``degenerate``); runs without
+    the prevalence-aware column (an older cell) count by ``degenerate``; a one-class test split never
+    collapses (``one_class``: the loader or the runs say the test split has one class)."""
+    collapsed, degenerate = set(), set()
+    for r in rows:
+        f = float(r["fraction"])
+        if r.get("degenerate") is True or str(r.get("degenerate")).lower() == "true":
+            degenerate.add(f)
+        if one_class or r.get("n_test_classes") == 1:
+            continue
+        flag = r.get("collapsed", r.get("degenerate"))
+        if flag is True or str(flag).lower() == "true":
+            collapsed.add(f)
+    return sorted(collapsed), sorted(degenerate)
+
+
+def compact_table(runs: pd.DataFrame, flags: list[dict] | None = None) -> str:
+    """Seed mean ± std per fraction of the headline metrics, as fixed-width text.
+
+    ``collapsed``: runs with the prevalence-aware collapse (PRISM's ``degenerate`` for runs without
+    it); ``flags``: per fraction, the runs each quality warning marks (``T@bound 3``, ``NLL-up 1``,
+    ``not-converged 2``; :mod:`prism_plugin.quality`). ``flags`` default: those :func:`run_job`
+    attached to ``runs``, else recomputed with the default temperature bounds.
+    """
+    from prism_plugin import quality
+
     cols = [c for c in ("auroc", "f1_macro", "ece_fixed", "ece_scaled_fixed", "temperature") if c in runs]
-    lines = [f"{'fraction':>8}  " + "  ".join(f"{c:>17}" for c in cols) + "  collapsed"]
+    if flags is None:
+        flags = runs.attrs.get("flags")
+    if flags is None:
+        flags = [f.to_dict() for f in quality.run_flags(runs)]
+    markers = quality.fraction_markers(flags)
+    lines = [f"{'fraction':>8}  " + "  ".join(f"{c:>17}" for c in cols) + "  collapsed" + ("  flags" if markers else "")]
     for frac, g in runs.groupby("fraction", sort=True):
         cells = []
         for c in cols:
             v = pd.to_numeric(g[c], errors="coerce")
             sd = v.std(ddof=1) if len(v) > 1 else float("nan")
             cells.append(f"{v.mean():>8.4f} ± {sd:<6.4f}")
-        n_deg = int(g["degenerate"].astype(bool).sum()) if "degenerate" in g else 0
-        lines.append(f"{frac:>8g}  " + "  ".join(cells) + f"  {n_deg}/{len(g)}")
+        if "collapsed" in g and quality.as_bool(g["collapsed"]).notna().any():
+            n_deg = int((quality.as_bool(g["collapsed"]) == 1.0).sum())
+        else:
+            n_deg = int((quality.as_bool(g["degenerate"]) == 1.0).sum()) if "degenerate" in g else 0
+        mark = [m for m in markers.get(float(frac), []) if not m.startswith("collapsed")]
+        lines.append(f"{frac:>8g}  " + "  ".join(cells) + f"  {f'{n_deg}/{len(g)}':>9}" +
+                     (f"  {', '.join(mark)}" if mark else ""))
     return "\n".join(lines)

@@ -19,6 +19,7 @@ EXPECTED = {
     "metrics": (("metric", "direction", "aggregation", "used in", "from"), ("auroc", "ece_fixed", "nll")),
     "tables": (("table", "file", "required columns", "from"), ("indomain", "transfer")),
     "task-keys": (("task key", "kinds", "from"), ("adaptation", "priors", "sweep")),
+    "checks": (("check", "description", "function", "from"), ("convergence", "temperature_bounds", "collapse")),
     "commands": (("command", "help", "module", "from"), ("ls", "validate", "report", "compare", "cache")),
     "tasks": (("task", "description", "file"), ("prism_demo",)),
     "groups": (("group", "members", "file"), ("prism_main",)),

@@ -237,7 +237,8 @@ LOADER_CASES = [
     ("bad binary_logits", _doc(binary_logits="sym"), "binary_logits"),
     ("columns nested", _doc(columns={"a": [1]}), "columns"),
     ("unicode task name ok", _doc(task="tâche-ünïcode-中文"), None),
-    ("path-like task name ok", _doc(task="../../escape"), None),
+    ("path-like task name refused", _doc(task="../../escape"), "path separator"),
+    ("spaced task name ok", _doc(task="a b@c=1"), None),
 ]
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from prism_plugin import cli
 from prism_plugin.embed.cache import CacheEntry, EmbeddingCache
+from prism_plugin.results import cell_checksum
 from tests.reliability.conftest import (
     LIMIT,
     N_CELLS,
@@ -200,16 +201,21 @@ def test_truncated_runs_csv_and_cells_are_recomputed(resumable, ref, capsys, mon
     cells = sorted((out / "cells").glob("*.json"))
     cells[0].write_bytes(cells[0].read_bytes()[:40])  # truncated
     cells[1].write_text("\x00garbage")  # overwritten
-    doctored = json.loads(cells[2].read_text())  # valid JSON, but for another fraction (a renamed file)
+    doctored = json.loads(cells[2].read_text())  # valid JSON with a valid checksum, but for another fraction
     doctored["row"]["fraction"] = 0.123
+    doctored["checksum"] = cell_checksum(doctored)
     cells[2].write_text(json.dumps(doctored))
+    edited = json.loads(cells[3].read_text())  # a hand edit of a number: valid JSON, wrong checksum
+    edited["row"]["auroc"] = 0.5
+    cells[3].write_text(json.dumps(edited))
     rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out)], capsys, monkeypatch)
     assert rc == 0, err
     s = summary(out)
-    assert len(s["reused_cells"]) == N_CELLS - 3
+    assert len(s["reused_cells"]) == N_CELLS - 4
     reasons = " ".join(x["reason"] for x in s["stale_cells"])
     assert reasons.count("unreadable") == 2 and "computed for fraction 0.123" in reasons
-    assert doctored["run_id"] in {x["cell"] for x in s["stale_cells"]}
+    assert "checksum mismatch (edited or corrupt)" in reasons
+    assert {doctored["run_id"], edited["run_id"]} <= {x["cell"] for x in s["stale_cells"]}
     assert runs.read_bytes() == ref["runs"]
 
 

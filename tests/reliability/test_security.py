@@ -2,7 +2,7 @@
 
 * YAML: safe loading only; python/* and custom tags refused without running them
   (task files, includes, ``--set``, the task index that scans search paths).
-* Includes resolve inside the task folders unless the user wrote an absolute path.
+* Includes resolve inside the task folders, whether written relative or absolute.
 * Arrays are never unpickled: every ``np.load`` passes ``allow_pickle=False`` (checked
   in the source) and a pickled object array in the cache or a precomputed folder is
   refused without running its payload.
@@ -77,8 +77,12 @@ def test_includes_are_confined_to_task_folders(tmp_path):
     (tasks / "sym.yaml").write_text(base + "include: _link.yaml\n")
     with pytest.raises(PrismError, match="outside the task folders"):
         TaskIndex([tasks]).load(str(tasks / "sym.yaml"))
-    # an absolute path is the user's own choice and is honoured
+    # an absolute path is confined the same way: outside refused, inside the task folder followed
     (tasks / "abs.yaml").write_text(base + f"include: {outside / '_secret.yaml'}\n")
+    with pytest.raises(PrismError, match="outside the task folders"):
+        TaskIndex([tasks]).load(str(tasks / "abs.yaml"))
+    (tasks / "_inside.yaml").write_text("seeds: [1]\n")
+    (tasks / "abs.yaml").write_text(base + f"include: {tasks / '_inside.yaml'}\n")
     assert TaskIndex([tasks]).load(str(tasks / "abs.yaml")).seeds == (1,)
 
 

@@ -130,13 +130,17 @@ def test_verdict_lines_match_the_tables_they_cite(demo_dir, parsed):
     worse = int((cells["ece_scaled_fixed"] >= cells["ece_fixed"]).sum())
     scaling = verdict.loc[verdict["column"] == "scaling_not_helping_cells"]
     assert scaling["value"].sum() == worse
-    collapsed = int(runs.groupby("fraction")["degenerate"].any().sum())
+    collapsed = int(runs.groupby("fraction")["collapsed"].any().sum())  # the prevalence-aware rule
     coll = verdict.loc[verdict["topic"] == "collapse"]
     if collapsed == 0:
-        assert list(coll["column"]) == ["collapsed_cells"] and coll["value"].sum() == 0
+        assert list(coll.loc[coll["level"] != "info", "column"]) == ["collapsed_cells"]
+        assert coll.loc[coll["column"] == "collapsed_cells", "value"].sum() == 0
     else:
-        frac = runs.loc[runs["degenerate"], "fraction"].max()
+        frac = runs.loc[runs["collapsed"], "fraction"].max()
         assert coll.loc[coll["column"] == "largest_collapsed_fraction", "value"].max() == frac
+    degenerate = int(runs.groupby("fraction")["degenerate"].any().sum())  # PRISM's, stated where it differs
+    prism = coll.loc[coll["column"] == "degenerate_cells", "value"]
+    assert (prism.sum() if len(prism) else collapsed) == degenerate
 
 
 def test_reliability_artifacts_agree_with_runs(demo_dir):

@@ -44,6 +44,7 @@ def test_group_of_tiny_tasks_runs_and_writes_one_table(tmp_path, capsys):
         source: {type: imagefolder, root: tiny_flat, layout: flat}
         split: {procedure: stratified, seed: 0, parts: {train: 0.6, heldout: 0.4}}
         splits: {train: train, val: heldout, test: heldout}
+        allow_split_overlap: [val, test]
         seeds: [1, 2]
         """))
     (tasks / "tiny_transfer.yaml").write_text(textwrap.dedent("""\

@@ -29,15 +29,24 @@ def shared_ref() -> Path:
     return REFERENCE
 
 
-def test_compare_ranks_the_demo_model_among_the_eight(demo_results, shared_ref, tmp_path):
+def test_compare_lists_the_demo_model_apart_from_the_eight(demo_results, shared_ref, tmp_path):
+    """The demo's synthetic dataset is not a reference dataset: its model is shown, unranked, and why."""
     table_file = tmp_path / "ranked.csv"
     proc = prism_run("compare", str(demo_results), "--reference", str(shared_ref), "--output", str(table_file),
                      check=True)
     text = proc.stdout
     ranked = pd.read_csv(table_file, index_col=0)
-    assert len(ranked) == 9 and MODEL in ranked.index
-    assert ranked["cri_multiplicative"].is_monotonic_decreasing
-    assert ranked["rank"].tolist() == list(range(1, 10))
+    assert len(ranked) == 9 and ranked.index[-1] == MODEL
+    assert not ranked.at[MODEL, "comparable"] and np.isnan(ranked.at[MODEL, "rank"])
+    assert "Demo-Binary" in ranked.at[MODEL, "not_comparable_reason"]
+    ref_part = ranked.loc[ranked["comparable"].astype(bool)]
+    assert ref_part["cri_multiplicative"].is_monotonic_decreasing
+    assert ref_part["rank"].tolist() == list(range(1, 9))
+    # its CRI would top the table; it is not ranked above the reference models
+    assert ranked.at[MODEL, "cri_multiplicative"] > ref_part["cri_multiplicative"].max()
+    lines = text.splitlines()
+    reason = [line for line in lines if line.startswith(f"not comparable: {MODEL}: not ranked")]
+    assert len(reason) == 1 and "not on a reference dataset" in reason[0] and "PCam" in reason[0]
     # the eight reference rows are the published ones
     published = pd.read_csv(shared_ref / "cri_variants_100.csv", index_col=0)
     ref_rows = ranked.loc[published.index, published.columns]
@@ -55,9 +64,10 @@ def test_compare_ranks_the_demo_model_among_the_eight(demo_results, shared_ref, 
     assert mine["ood_stability"] == pytest.approx(s, abs=1e-12)
     assert mine["cri_multiplicative"] == pytest.approx(a * (1 - e) * s, abs=1e-12)
     assert mine["stability_source"] == "measured"
-    # printed side by side, yours marked, with the transfer diagnostics and the caveat
-    row = [line for line in text.splitlines() if f"{MODEL} *" in line][0]
-    assert row.split()[0] == f"{int(mine['rank'])}." and f"{mine['cri_multiplicative']:.4f}" in row
+    # printed apart from the ranking, yours marked, with the transfer diagnostics and the caveat
+    row = [line for line in lines if f"{MODEL} *" in line][0]
+    assert row.split()[0] == "-" and f"{mine['cri_multiplicative']:.4f}" in row
+    assert lines.index(row) > max(i for i, line in enumerate(lines) if line.startswith(" 8. "))
     assert "Transfer of DemoViT-Tiny at 100 % source labels" in text
     assert "ECE oracle-T" in text and "K=64" in text and "not deployable" in text
     assert "source-fitted T" in text
@@ -73,7 +83,8 @@ def test_compare_imputes_the_reference_mean_stability_and_accepts_a_user_value(d
     assert ranked.at[MODEL, "ood_stability"] == pytest.approx(ref_mean, abs=1e-12)
     assert ranked.at[MODEL, "stability_source"] == "imputed (ref. mean)"
     assert "imputed (ref. mean)" in proc.stdout and "pass --ood-stability" in proc.stdout
-    assert ranked["cri_worst_axis"].is_monotonic_decreasing
+    assert ranked.loc[ranked["comparable"].astype(bool), "cri_worst_axis"].is_monotonic_decreasing
+    assert ranked.index[-1] == MODEL and not ranked.at[MODEL, "comparable"]  # listed apart, not ranked
     # a user value, and the shipped paper figures when no per-run reference is at hand
     proc = prism_run("compare", str(demo_results), "--ood-stability", "0.25", "--output", str(out),
                      env={"PRISM_CACHE_DIR": str(tmp_path / "empty-cache")}, check=True)
@@ -105,3 +116,27 @@ def test_aggregation_help_lists_the_registry():
     from prism_plugin.summaries.cri import AGGREGATIONS
 
     assert [w.strip() for w in AGGREGATION_HELP.replace(" (default)", "").split(",")] == list(AGGREGATIONS)
+
+
+def test_compare_ranks_a_model_on_reference_datasets_only(tmp_path, capsys):
+    """Runs on a reference dataset are ranked; the same model's runs on another dataset are left out, said."""
+    from prism_plugin.cli import main
+
+    if not (REFERENCE / "indomain_all_v2.csv").exists():
+        pytest.skip(f"shared reference tables not found at {REFERENCE}")
+    rows = [{"model": "Mine", "dataset": ds, "fraction": 1.0, "seed": 42, "n_train": 100, "n_classes": 2,
+             "auroc": a, "f1_macro": 0.9, "ece_fixed": 0.05, "temperature": 1.0, "ece_scaled_fixed": e,
+             "degeneracy_share": 0.5, "degenerate": False, "reference_table": "indomain"}
+            for ds, a, e in (("PCam", 0.95, 0.03), ("Demo-Binary", 0.99, 0.01))]
+    folder = tmp_path / "res" / "mine"
+    folder.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(folder / "runs.csv", index=False)
+    out = tmp_path / "ranked.csv"
+    assert main(["compare", str(tmp_path / "res"), "--reference", str(REFERENCE), "--ood-stability", "0.5",
+                 "--output", str(out)]) == 0
+    text = capsys.readouterr().out
+    ranked = pd.read_csv(out, index_col=0)
+    assert ranked["comparable"].all() and ranked["rank"].tolist() == list(range(1, 10))
+    assert ranked.at["Mine", "auroc"] == pytest.approx(0.95) and ranked.at["Mine", "ece_scaled"] == pytest.approx(0.03)
+    assert "runs on Demo-Binary are left out of the ranking" in text
+    assert "measured on 1 of the 6 reference datasets (PCam)" in text and "not comparable" not in text

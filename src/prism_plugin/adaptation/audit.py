@@ -34,7 +34,6 @@ Tables (CSV, one file each; see :data:`TABLES`):
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
@@ -43,6 +42,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from prism_plugin.results import read_summary
 from prism_plugin.adaptation import priors as pri
 from prism_plugin.adaptation import selection as sel
 from prism_plugin.adaptation import stats
@@ -126,12 +126,12 @@ def _with_probe(df: pd.DataFrame) -> pd.DataFrame:
 def _task_info(dirs: Sequence[Path]) -> dict[str, dict]:
     task_info: dict[str, dict] = {}
     for d in dirs:
-        summary = Path(d) / "summary.json"
-        if not summary.exists():
+        summary = read_summary(d)
+        if not summary:
             continue
         try:
-            resolved = json.loads(summary.read_text()).get("resolved_task") or {}
-        except (OSError, ValueError):
+            resolved = summary.get("resolved_task") or {}
+        except AttributeError:
             resolved = {}
         if resolved.get("name"):
             task_info[str(resolved["name"])] = {"priors": resolved.get("priors") or {},

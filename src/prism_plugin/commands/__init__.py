@@ -46,7 +46,8 @@ def host_of(args: Any):
 
 
 def check_extraction_args(args: Any) -> None:
-    """``--limit`` and ``--num-workers`` of a command that extracts embeddings: one-line errors."""
+    """``--limit``, ``--num-workers``, ``--device`` and ``--cache-dir`` of a command that extracts
+    embeddings: one-line errors, before any work (a device this machine lacks fails at once)."""
     from prism_plugin.errors import PrismError
 
     limit, workers = getattr(args, "limit", None), getattr(args, "num_workers", None)
@@ -54,6 +55,36 @@ def check_extraction_args(args: Any) -> None:
         raise PrismError(f"--limit {limit}: must be a positive number of items per split")
     if workers is not None and workers < 0:
         raise PrismError(f"--num-workers {workers}: must be >= 0")
+    if hasattr(args, "device"):
+        from prism_plugin.embed.extract import check_device
+
+        args.device = check_device(args.device)
+    check_cache_dir(getattr(args, "cache_dir", None))
+
+
+def check_cache_dir(cache_dir) -> None:
+    """The embedding/data cache (``--cache-dir``, else ``$PRISM_CACHE_DIR`` or the default) must be a
+    folder, or creatable as one. A folder that exists but is read-only is allowed (a shared cache
+    read by many users); a write into it then fails naming the file and the fix."""
+    import os
+    from pathlib import Path
+
+    from prism_plugin.errors import PrismError
+    from prism_plugin.paths import CACHE_ENV, cache_root
+
+    root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
+    where = f"--cache-dir {root}" if cache_dir is not None else (
+        f"${CACHE_ENV}={root}" if os.environ.get(CACHE_ENV) else f"the cache folder {root}")
+    other = "pass --cache-dir DIR (or set PRISM_CACHE_DIR) to a writable folder"
+    if root.exists():
+        if not root.is_dir():
+            raise PrismError(f"{where} is a file, not a folder; {other}")
+        return
+    parent = next((p for p in root.parents if p.exists()), None)
+    if parent is None or not parent.is_dir():
+        raise PrismError(f"{where} cannot be created ({parent} is not a folder); {other}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PrismError(f"{where} cannot be created: {parent} is not writable; {other}")
 
 
 def print_rows(header, rows) -> None:

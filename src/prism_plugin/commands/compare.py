@@ -8,6 +8,12 @@ models (``--reference DIR`` with the results_v2 layout, else the pulled copy,
 else the paper tables shipped in :mod:`prism_plugin.reference_data`) and prints
 them ranked by the CRI of PROTOCOL §6.2 with its three components beside it.
 
+Only a model measured on the reference datasets is ranked: a model whose in-distribution runs are
+on none of them (e.g. the offline demo's synthetic tiles) is **not comparable** — it is listed below
+the ranking with its numbers, unranked, and one line says why (:func:`comparability`). A model with
+runs on reference datasets and on others is ranked on the reference datasets only (its transfer pairs
+likewise), said in a note.
+
 A model without a measured OOD stability (no transfer runs at 100 % labels, or
 none whose source has an in-distribution run) gets the mean stability of the
 reference models, flagged as imputed, unless ``--ood-stability`` gives a value.
@@ -211,6 +217,26 @@ def transfer_report(model: str, indomain: pd.DataFrame, transfer: pd.DataFrame, 
     return lines
 
 
+def comparability(indomain: pd.DataFrame, reference_datasets, models: list[str]) -> dict[str, list[str]]:
+    """Per model of ``models``: its in-distribution datasets that are not reference datasets (sorted).
+
+    A model whose list holds *every* dataset it has is not comparable with the reference models."""
+    ref = {str(d) for d in reference_datasets}
+    ds = indomain.assign(dataset=indomain["dataset"].astype(str) if "dataset" in indomain else "")
+    out = {}
+    for m in models:
+        mine = set(ds.loc[ds["model"].astype(str) == m, "dataset"])
+        out[m] = sorted(mine - ref)
+    return out
+
+
+def _not_comparable_reason(datasets: list[str], reference: list[str]) -> str:
+    listed = ", ".join(datasets[:4]) + (", …" if len(datasets) > 4 else "")
+    return (f"its in-distribution runs are on {listed}, not on a reference dataset "
+            f"({', '.join(reference)}), so its AUROC, ECE, OOD stability and CRI are not measured on the data the "
+            "reference models were: run the catalogue tasks (e.g. prism_pcam) to compare")
+
+
 # --------------------------------------------------------------------------- command
 def run(args) -> int:
     from prism_plugin.commands.reference import format_table, resolve_reference
@@ -251,6 +277,38 @@ def run(args) -> int:
     for old, new in renames.items():
         notes.append(f"your model {old!r} shares a reference model's name; shown as {new!r}")
 
+    # ---- comparability: only runs on the reference datasets are ranked
+    ref_datasets = list(dict.fromkeys(ref_ind["dataset"].astype(str)))
+    others = comparability(user_ind, ref_datasets, user_models)
+    user_ds = {m: set(user_ind.loc[user_ind["model"].astype(str) == m, "dataset"].astype(str)) for m in user_models}
+    not_comparable = [m for m in user_models if others[m] and set(others[m]) == user_ds[m]]
+    reasons = {m: _not_comparable_reason(others[m], ref_datasets) for m in not_comparable}
+    keep = user_ind["dataset"].astype(str).isin(ref_datasets) | user_ind["model"].astype(str).isin(not_comparable)
+    for m in user_models:
+        if m in not_comparable or not others[m]:
+            continue
+        notes.append(f"{m}: ranked on the reference datasets only; its runs on {', '.join(others[m])} are left out "
+                     "of the ranking (not reference datasets)")
+    user_ind = user_ind.loc[keep].reset_index(drop=True)
+    for m in user_models:
+        if m in not_comparable:
+            continue
+        covered = sorted(user_ds[m] & set(ref_datasets))
+        if len(covered) < len(ref_datasets):
+            notes.append(f"{m}: measured on {len(covered)} of the {len(ref_datasets)} reference datasets "
+                         f"({', '.join(covered)}); the reference models' AUROC / ECE average all {len(ref_datasets)}, "
+                         "so its rank compares different dataset mixes")
+    if user.transfer is not None and len(user.transfer):
+        tr = user.transfer
+        on_ref = tr["src"].astype(str).isin(ref_datasets) & tr["tgt"].astype(str).isin(ref_datasets)
+        drop = ~on_ref & ~tr["model"].astype(str).isin(not_comparable)
+        if drop.any():
+            dropped = sorted(set(tr.loc[drop, "model"].astype(str) + " " + tr.loc[drop, "src"].astype(str) + "->"
+                                 + tr.loc[drop, "tgt"].astype(str)))
+            notes.append(f"transfer pairs outside the reference datasets left out of the OOD stability: "
+                         f"{', '.join(dropped[:4])}{', …' if len(dropped) > 4 else ''}")
+            user.transfer = tr.loc[~drop].reset_index(drop=True)
+
     # ---- OOD stability: measured, user-given, or the reference mean (imputed)
     ref_stab = cri.ood_stability(ref_ind, ref_tr) if ref_tr is not None else pd.Series(dtype=float)
     user_stab = pd.Series(dtype=float)
@@ -285,8 +343,17 @@ def run(args) -> int:
     table["stability_source"] = resolved["source"].reindex(table.index).replace(
         {"measured": "measured", "default": "imputed (ref. mean)", "user": "imputed (user)", "mean": "imputed (mean)",
          "none": "none"})
-    ranked = cri.rank_by_cri(table, args.aggregation)
     col = f"cri_{args.aggregation}"
+    ranked = cri.rank_by_cri(table.loc[[m for m in table.index if m not in not_comparable]], args.aggregation)
+    unranked = table.loc[[m for m in table.index if m in not_comparable]].copy()
+    if len(unranked):
+        unranked = cri.rank_by_cri(unranked, args.aggregation)
+        unranked["rank"] = np.nan
+    ranked["comparable"] = True
+    unranked["comparable"] = False
+    ranked["not_comparable_reason"] = ""
+    unranked["not_comparable_reason"] = [reasons[m] for m in unranked.index]
+    ranked = pd.concat([ranked, unranked]) if len(unranked) else ranked
     # ---- described plugin metrics (compare=True): your models' values; the reference models have none
     extra_columns: list[tuple[str, str]] = []
     for d in compare_metrics(host, user_ind):
@@ -302,24 +369,28 @@ def run(args) -> int:
         if m in ranked.index and not np.isfinite(ranked.at[m, "ece_scaled"]):
             notes.append(f"{m}: CRI not computed: no scaled ECE at {fraction * 100:g} % (its in-distribution runs "
                          "have no validation split to fit the temperature on)")
-    other_datasets = sorted(set(user_ind["dataset"].astype(str)) - set(ref_ind["dataset"].astype(str)))
-    if other_datasets:
-        notes.append(f"your AUROC / ECE average your own datasets ({', '.join(other_datasets)}), the reference "
-                     "models' the PRISM datasets: a screening comparison, not a like-for-like one")
 
     # ---- print
     print(f"reference: {ref.label}")
     print(f"\nCRI ranking at {fraction * 100:g} % labels (aggregation: {args.aggregation}; OOD stability at "
           f"100 %; {len(ref_models)} reference models; * = yours):")
-    shown = ranked.copy()
+    shown = ranked.loc[ranked["comparable"]].copy()
     labels = []
-    for m, r in zip(ranked.index, ranked["rank"]):
+    for m, r in zip(shown.index, shown["rank"]):
         rk = f"{int(r)}." if np.isfinite(r) else "-"
         labels.append(f"{rk:>3} {m}{YOURS if m in user_models else ''}")
     shown.index = labels
-    print(format_table(shown, [("auroc", "AUROC"), ("ece", "ECE"), ("ece_scaled", "ECE(T)"),
-                               ("ood_stability", "OOD stab."), ("stability_source", "stability"),
-                               (col, f"CRI ({args.aggregation})"), *extra_columns], index_label="rank model"))
+    columns = [("auroc", "AUROC"), ("ece", "ECE"), ("ece_scaled", "ECE(T)"), ("ood_stability", "OOD stab."),
+               ("stability_source", "stability"), (col, f"CRI ({args.aggregation})"), *extra_columns]
+    print(format_table(shown, columns, index_label="rank model"))
+    if not_comparable:
+        print(f"\nNot comparable, not ranked ({len(not_comparable)}: no run on a reference dataset; numbers on "
+              "their own datasets):")
+        apart = ranked.loc[~ranked["comparable"]].copy()
+        apart.index = [f"  - {m}{YOURS}" for m in apart.index]
+        print(format_table(apart, columns, index_label="rank model"))
+        for m in not_comparable:
+            print(f"not comparable: {m}: not ranked: {reasons[m]}")
     if user.transfer is not None:
         for m in user_models:
             if m in set(user.transfer["model"].astype(str)):

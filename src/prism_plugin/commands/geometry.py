@@ -57,7 +57,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _safe(text: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text).strip(".") or "_"
+    from prism_plugin.paths import safe_component
+
+    return safe_component(text)
 
 
 def run(args) -> int:

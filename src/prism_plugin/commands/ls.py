@@ -252,6 +252,8 @@ LISTINGS: dict[str, Listing] = {
     "task-keys": Listing("task_keys", "task YAML keys owned by plugins", (
         ("task key", lambda e: e.name), ("kinds", lambda e: ", ".join(e.obj.kinds) or "-"), ALIASES_COLUMN,
         ("description", lambda e: _first_line(e.description or e.obj.description)))),
+    "checks": Listing("checks", "run-quality checks: what qualifies a run's numbers (console, summary.json flags)", (
+        ("check", lambda e: e.name), ALIASES_COLUMN, DESCRIPTION_COLUMN, ("function", _object_path))),
     "commands": Listing("commands", "prism-run subcommands", (
         ("command", lambda e: e.name), ALIASES_COLUMN, ("help", lambda e: _first_line(e.description)),
         ("module", _object_path))),

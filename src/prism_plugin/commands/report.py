@@ -23,11 +23,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from prism_plugin.report.build import write_report
+    from prism_plugin.results import summary_problem, warn_once
     from prism_plugin.tables import find_runs_files
 
     if not args.results_dir.is_dir():
         raise PrismError(f"{args.results_dir}: no such directory; pass a results directory written by prism-run")
-    find_runs_files([args.results_dir])  # no runs.csv in it or below: "no runs.csv found in ...; run prism-run first"
+    files = find_runs_files([args.results_dir])  # none in it or below: "no runs.csv found in ...; run prism-run first"
+    # a summary.json that does not describe the runs.csv beside it (a rerun killed between the two writes, an
+    # edited file) is said once on the console (a warning) and in the report's notes, and is not read
+    for folder in dict.fromkeys(f.parent for f in files):
+        problem = summary_problem(folder)
+        if problem is not None:
+            warn_once(problem, always=True)
     # one results directory, or a folder of them (several tasks or models): one combined report
     print(write_report(args.results_dir, host_of(args)))
     return 0

@@ -14,6 +14,7 @@ from typing import Any
 
 from prism_plugin.commands import check_extraction_args, host_of
 from prism_plugin.errors import PrismError
+from prism_plugin.paths import confined
 
 
 def model_label(display_name: str, model_args: dict[str, Any]) -> str:
@@ -43,8 +44,8 @@ def run(args) -> int:
     import pandas as pd
 
     from prism_plugin.executors import make_executor
-    from prism_plugin.results import order_columns, write_csv
-    from prism_plugin.runner import JobOptions, compact_table, default_output, make_adapter, run_job
+    from prism_plugin.results import check_grid_kept, order_columns, write_csv
+    from prism_plugin.runner import JobOptions, check_before_work, compact_table, make_adapter, run_job
     from prism_plugin.tasks.index import default_index
     from prism_plugin.tasks.sweep import expand_sweeps
 
@@ -62,18 +63,36 @@ def run(args) -> int:
     labels = output_names(adapters, specs)
     executor = make_executor(args.executor, args.jobs, args.address)
     single = len(jobs) == 1 and len(adapters) == 1 and not jobs[0][0]
-    base = Path("prism_results")
+    root = Path(args.output) if args.output is not None else Path("prism_results")
+    outputs = output_dirs(jobs, labels, root, single and args.output is not None)
+    overwrite = bool(getattr(args, "overwrite", False))
+
+    def options(out: Path, model_args: dict[str, Any]) -> JobOptions:
+        return JobOptions(output=out, model_args=model_args, cache_dir=args.cache_dir, device=args.device,
+                          num_workers=args.num_workers, limit=args.limit,
+                          allow_size_mismatch=args.allow_size_mismatch, progress=not args.quiet,
+                          report=not args.no_report, executor=executor, overwrite=overwrite)
+
+    # every folder is checked before any work, so a later member's refusal never follows earlier runs
+    planned_groups: dict[str, list[tuple[str, str, float, int]]] = {}
+    for group, task in jobs:
+        for adapter, label, (_, model_args) in zip(adapters, labels, specs):
+            check_before_work(task, options(outputs[(group, task.name, label)], model_args), adapter.display_name)
+            if group:
+                planned_groups.setdefault(group, []).extend(
+                    (task.name, adapter.display_name, float(f), int(s)) for f in task.label_fractions for s in task.seeds)
+    for group, planned in planned_groups.items():
+        combined_csv = confined(root, group) / "runs.csv"
+        check_grid_kept(combined_csv, planned, overwrite=overwrite, where=f"group {group} (--output {root})")
+    for group in planned_groups:  # derived from the members and rebuilt at the end: never left stale by a kill
+        try:
+            (confined(root, group) / "runs.csv").unlink()
+        except FileNotFoundError:
+            pass
     group_runs: dict[str, list] = {}
     for group, task in jobs:
         for adapter, label, (_, model_args) in zip(adapters, labels, specs):
-            if single and args.output is not None:
-                out = args.output
-            else:
-                out = default_output((args.output or base) / group, task.name, label)
-            opts = JobOptions(output=out, model_args=model_args, cache_dir=args.cache_dir, device=args.device,
-                              num_workers=args.num_workers, limit=args.limit,
-                              allow_size_mismatch=args.allow_size_mismatch, progress=not args.quiet,
-                              report=not args.no_report, executor=executor)
+            opts = options(outputs[(group, task.name, label)], model_args)
             result = run_job(task, adapter, host, opts)
             if group:
                 group_runs.setdefault(group, []).append(result.runs)
@@ -82,10 +101,47 @@ def run(args) -> int:
                 print(f"\n{label} on {task.name} ({len(result.runs)} runs"
                       f"{f', {reused} reused' if reused else ''}; "
                       f"{result.summary['timings']['total_seconds']:.1f} s)")
-                print(compact_table(result.runs))
+                print(compact_table(result.runs, result.summary.get("flags")))
             print(f"results: {result.results_dir}")
     for group, frames in group_runs.items():  # one table per group: members in group order
         combined = pd.concat(frames, ignore_index=True)
-        write_csv((args.output or base) / group / "runs.csv", combined[order_columns(combined.columns)])
-        print(f"group {group}: {(args.output or base) / group / 'runs.csv'} ({len(combined)} runs)")
+        target = confined(root, group) / "runs.csv"
+        write_csv(target, combined[order_columns(combined.columns)])
+        print(f"group {group}: {target} ({len(combined)} runs)")
     return 0
+
+
+def output_dirs(jobs: list, labels: list[str], root: Path, single: bool) -> dict[tuple[str, str, str], Path]:
+    """The results folder of every (group, task, model): ``root[/<group>]/<task>/<model>``.
+
+    Every name becomes one sanitised path component confined under ``root``
+    (:func:`prism_plugin.paths.confined`), so a group, task, sweep variant or model
+    name can never write outside ``--output``. Two jobs whose names sanitise to the
+    same folder (``a b`` and ``a_b``) would overwrite each other's ``runs.csv``: refused,
+    naming both.
+    """
+    from prism_plugin.runner import default_output
+
+    out: dict[tuple[str, str, str], Path] = {}
+    owner: dict[Path, tuple[str, str, str]] = {}
+    group_dirs: dict[Path, str] = {}
+    for group, task in jobs:
+        if group:
+            gdir = confined(root, group)
+            other = group_dirs.setdefault(gdir, group)
+            if other != group:
+                raise PrismError(f"groups {other!r} and {group!r} would share the results folder {gdir}; "
+                                 "rename one of them")
+        for label in labels:
+            key = (group, task.name, label)
+            if single:
+                out[key] = root
+                continue
+            path = default_output(confined(root, group) if group else root, task.name, label)
+            first = owner.setdefault(path, key)
+            if first != key:
+                raise PrismError(f"task {first[1]!r} (model {first[2]}) and task {task.name!r} (model {label}) "
+                                 f"would share the results folder {path}: their names differ only in characters "
+                                 "that cannot be part of a folder name; rename one of them")
+            out[key] = path
+    return out

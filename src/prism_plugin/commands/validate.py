@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from prism_plugin.commands import host_of
-from prism_plugin.errors import PrismError
+from prism_plugin.errors import PrismError, printable
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -23,6 +23,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
+    from prism_plugin.embed.load import definition_problem
     from prism_plugin.tasks.index import default_index
 
     index = default_index(host_of(args), args.include_path)
@@ -30,10 +31,19 @@ def run(args) -> int:
     for target in args.target:
         try:
             task = index.load(target, args.overrides)
-            print(f"ok  {task.name}  ({task.file}): {task.n_classes} classes, splits {', '.join(task.splits)}, "
+            members = task.tasks if getattr(task, "is_group", False) else [task]
+            problems = [p for p in map(definition_problem, members) if p]  # val = test and the like
+            if problems:
+                raise PrismError("\n".join(problems))
+            if task.is_transfer:
+                what = f"{task.source_config.name} -> {task.target_config.name} ({task.target_split})"
+            else:
+                what = "splits " + ", ".join(task.splits)
+            print(f"ok  {printable(task.name)}  ({task.file}): {task.n_classes} classes, {what}, "
                   f"{len(task.label_fractions)} fractions x {len(task.seeds)} seeds")
         except PrismError as exc:
             failures += 1
-            for problem in str(exc).splitlines():  # validate lists every problem, one per line
-                print(f"error  {problem}", file=sys.stderr)
+            for problem in str(exc).split("\n"):  # validate lists every problem, one per line
+                if problem.strip():
+                    print(f"error  {printable(problem)}", file=sys.stderr)
     return 1 if failures else 0

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from prism_plugin.data.base import NoAll, Pool, Source, resolve_root
+from prism_plugin.data.base import NoAll, Pool, Source, check_pool_name, format_name, resolve_root
 from prism_plugin.data.refs import ArrayImageRef
 from prism_plugin.errors import PrismError
 
@@ -71,21 +71,40 @@ class H5Source(Source):
     def pool(self, name: str) -> Pool:
         if name == "all":
             raise NoAll
-        fname = self.rename.get(name, name)
-        ipath, lpath = self.root / self.images.format(split=fname), self.root / self.labels_file.format(split=fname)
+        where = f"task {self.task.name} ({self.task.file})"
+        fname = check_pool_name(str(self.rename.get(name, name)), where)
+        ipath = self.root / format_name(self.images, where, "source.images", split=fname)
+        lpath = self.root / format_name(self.labels_file, where, "source.labels", split=fname)
         for p in (ipath, lpath):
             if not p.is_file():
                 raise self.missing(f"split {name!r} file", p)
         try:
-            y = np.asarray(_H5Array(lpath, self.labels_key).read_all()).reshape(-1)
+            raw_y = _H5Array(lpath, self.labels_key).read_all()
+        except (OSError, KeyError, ValueError, TypeError) as exc:
+            raise PrismError(f"{lpath}: cannot read the labels dataset {self.labels_key!r} ({type(exc).__name__}); "
+                             "check source.labels_key and that the file is a complete HDF5 file") from None
+        try:
             arr = _H5Array(ipath, self.images_key)
             n = len(arr)
-        except (OSError, KeyError) as exc:
-            raise PrismError(f"{ipath}: cannot read datasets {self.images_key!r}/{self.labels_key!r} ({exc})") from None
+        except (OSError, KeyError, ValueError, TypeError) as exc:
+            raise PrismError(f"{ipath}: cannot read the images dataset {self.images_key!r} ({type(exc).__name__}); "
+                             "check source.images_key and that the file is a complete HDF5 file") from None
+        y = raw_labels(raw_y, f"{lpath} [{self.labels_key}]")
         if n != len(y):
-            raise PrismError(f"{ipath}: {n} images but {len(y)} labels in {lpath.name}")
+            raise PrismError(f"{ipath}: {n} images but {len(y)} labels in {lpath.name}; they must have equal length")
         items = [ArrayImageRef(arr, i, f"{ipath.name}[{i}]") for i in range(n)]
-        return Pool(items, [int(v) for v in y.tolist()], [r.key for r in items], where=str(ipath))
+        return Pool(items, y, [r.key for r in items], where=str(ipath))
+
+
+def raw_labels(values: Any, where: str) -> list:
+    """Raw classes of an image-array source: integers (``(N,)`` or ``(N, 1, ..., 1)``, the MedMNIST
+    and PCAM layouts) or class-name strings; one-hot rows, floats, bools and objects are refused."""
+    from prism_plugin.protocol.inputs import as_labels
+
+    arr = np.asarray(values)
+    if arr.dtype.kind in "US" and arr.ndim >= 1 and all(d == 1 for d in arr.shape[1:]):
+        return [v.decode() if isinstance(v, bytes) else str(v) for v in arr.reshape(-1).tolist()]
+    return as_labels(arr, where, strict=True, column_ok=True).tolist()
 
 
 _NPZ_CACHE: dict[str, Any] = {}
@@ -115,7 +134,17 @@ class NpzSource(Source):
             raise self.missing("file", self.file)
         key = str(self.file.resolve())
         if key not in _NPZ_CACHE:
-            _NPZ_CACHE[key] = np.load(self.file, allow_pickle=False)
+            import zipfile
+
+            try:
+                npz = np.load(self.file, allow_pickle=False)
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+                raise PrismError(f"{self.file}: not a valid .npz archive ({type(exc).__name__}); save it again with "
+                                 "numpy.savez") from None
+            if not hasattr(npz, "files"):
+                raise PrismError(f"{self.file}: holds one array (a .npy file), not an .npz archive of "
+                                 "{split}_images/{split}_labels arrays; save them with numpy.savez")
+            _NPZ_CACHE[key] = npz
         return _NPZ_CACHE[key]
 
     def all_pool_names(self) -> list[str]:
@@ -129,16 +158,36 @@ class NpzSource(Source):
         if name == "all":
             raise NoAll
         npz = self._npz()
-        ik, lk = self.images_key.format(split=name), self.labels_key.format(split=name)
+        where = f"task {self.task.name} ({self.task.file})"
+        ik = format_name(self.images_key, where, "source.images_key", split=name)
+        lk = format_name(self.labels_key, where, "source.labels_key", split=name)
         if ik not in npz.files or lk not in npz.files:
             raise PrismError(f"{self.file}: no arrays {ik!r}/{lk!r} (arrays: {', '.join(npz.files)})")
-        images = npz[ik]
-        y = np.asarray(npz[lk]).reshape(-1)
+        images, raw_y = self._member(npz, ik), self._member(npz, lk)
+        y = raw_labels(raw_y, f"{self.file} [{lk}]")
+        if images.ndim < 2:
+            raise PrismError(f"{self.file} [{ik}]: images must be an array of images (N x H x W [x C]), got shape "
+                             f"{images.shape}")
         if len(images) != len(y):
-            raise PrismError(f"{self.file}: {len(images)} {ik} but {len(y)} {lk}")
+            raise PrismError(f"{self.file}: {len(images)} {ik} but {len(y)} {lk}; they must have equal length")
         items = [ArrayImageRef(images, i, f"{self.file.name}:{ik}[{i}]") for i in range(len(y))]
-        return Pool(items, [int(v) for v in y.tolist()], [r.key for r in items], where=f"{self.file} [{name}]",
+        return Pool(items, y, [r.key for r in items], where=f"{self.file} [{name}]",
                     label_names=self.label_names)
+
+    def _member(self, npz, key: str) -> np.ndarray:
+        import zipfile
+
+        try:
+            return npz[key]
+        except ValueError as exc:
+            if "pickle" in str(exc).lower() or "object" in str(exc).lower():
+                raise PrismError(f"{self.file} [{key}]: holds Python objects (dtype object), which are never read "
+                                 "without pickle; save plain numeric arrays with numpy.savez") from None
+            raise PrismError(f"{self.file} [{key}]: not a valid array ({type(exc).__name__}); save the archive "
+                             "again with numpy.savez") from None
+        except (OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+            raise PrismError(f"{self.file} [{key}]: cannot be read ({type(exc).__name__}: truncated or corrupt "
+                             "archive?); save it again with numpy.savez") from None
 
 
 __all__ = ["H5Source", "NpzSource"]

@@ -171,17 +171,40 @@ class Source:
         )
 
     def get_pool(self, name: str | Sequence[str]) -> Pool:
+        """The pool of one source-level split, or of several concatenated; ``all`` is the source's own
+        ``all`` pool when it has one, else every split :meth:`all_pool_names` lists."""
         names = [name] if isinstance(name, str) else list(name)
-        if names == ["all"]:
-            try:
-                return self._cached("all")
-            except NoAll:
-                names = self.all_pool_names()
-        return Pool.concat([self._cached(n) for n in names], names)
+        expanded: list[str] = []
+        pools: list[Pool] = []
+        for n in names:
+            if n == "all":
+                try:
+                    pools.append(self._cached("all", own_all=True))
+                    expanded.append("all")
+                    continue
+                except NoAll:
+                    parts = [p for p in self.all_pool_names() if p != "all"]
+                    if not parts:
+                        raise PrismError(f"task {self.task.name}: source {self.describe()} has no splits to make "
+                                         "'all' of") from None
+                    for part in parts:
+                        pools.append(self._cached(part))
+                        expanded.append(part)
+                    continue
+            pools.append(self._cached(n))
+            expanded.append(n)
+        return Pool.concat(pools, expanded)
 
-    def _cached(self, name: str) -> Pool:
+    def _cached(self, name: str, own_all: bool = False) -> Pool:
         if name not in self._pools:
-            self._pools[name] = self.pool(name)
+            try:
+                self._pools[name] = self.pool(name)
+            except NoAll:
+                if own_all:
+                    raise
+                raise PrismError(f"task {self.task.name}: split {name!r} of source type {self.type_name or 'custom'} "
+                                 "is not a pool by itself; list the source splits it stands for in split.from "
+                                 "(e.g. from: [train, val, test])") from None
         return self._pools[name]
 
     def labels(self, pool: Pool) -> np.ndarray:
@@ -233,6 +256,31 @@ class NoAll(Exception):
     """Raised by :meth:`Source.pool` when ``all`` is not a pool by itself."""
 
 
+def check_pool_name(name: Any, where: str, what: str = "split") -> str:
+    """A source-level split name that becomes a file or folder name: one plain path component.
+
+    Refuses empty names, ``.``/``..``, path separators and NUL, so a split name never reads
+    outside the dataset's root and never collides with the internal ``all`` marker's folder
+    handling (``all`` itself is a valid name).
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise PrismError(f"{where}: {what} name must be a non-empty string, got {name!r}")
+    if name in (".", "..") or any(ch in name for ch in ("/", "\\", "\x00")) or os.path.isabs(name):
+        raise PrismError(f"{where}: {what} name {name!r} must be one plain folder or file name (no '/', '..' or "
+                         "absolute path); name the split as it is on disk under the dataset root")
+    return name
+
+
+def format_name(pattern: str, where: str, option: str, **values: str) -> str:
+    """``pattern.format(**values)`` with a PrismError naming ``option`` for a bad pattern."""
+    try:
+        return str(pattern).format(**values)
+    except (KeyError, IndexError, ValueError, AttributeError) as exc:
+        keys = ", ".join("{" + k + "}" for k in values)
+        raise PrismError(f"{where}: {option} {pattern!r} is not a valid name pattern ({type(exc).__name__}: {exc}); "
+                         f"it may use {keys} and no other braces") from None
+
+
 def keyed_error(exc: PrismError, key: str) -> PrismError:
     """Tag ``exc`` with the task key path it is about (lets ``prism-run validate`` report every problem)."""
     exc.key = key
@@ -267,4 +315,4 @@ def check_options(source_cls, options: dict, where: str, located=None, kind: str
 
 
 __all__ = ["COMMON_OPTIONS", "DATA_ROOT_ENV", "ImageSplit", "Pool", "Source", "NoAll", "resolve_root", "data_hint",
-           "allowed_options", "check_options", "keyed_error"]
+           "allowed_options", "check_options", "keyed_error", "check_pool_name", "format_name"]

@@ -16,13 +16,17 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageFilter
 
-from prism_plugin.paths import cache_root
+from prism_plugin.data.datacache import data_cache_root
+from prism_plugin.fsfaults import as_error, check_free_space, naming
+from prism_plugin.results import honour_umask
 
 VARIANTS = {
     "binary": ("normal", "tumour"),
@@ -77,32 +81,112 @@ def render_tile(cls: str, rng: np.random.Generator, size: int = 96) -> Image.Ima
     return tile.filter(ImageFilter.GaussianBlur(radius=0.6))
 
 
+#: a temporary demo folder older than this is swept whoever made it (an interrupted generation)
+STALE_TMP_SECONDS = 6 * 3600
+#: bytes on disk one PNG tile may take beyond its pixels (headers, the file system's block)
+_TILE_OVERHEAD = 4096
+DEMO_FIX = "free space there, or pass --cache-dir DIR (or set PRISM_CACHE_DIR) to a folder on another disk"
+DEMO_ELSEWHERE = "pass --cache-dir DIR (or set PRISM_CACHE_DIR) to another folder"
+
+
+def _tmp_prefix(name: str) -> str:
+    """``.<name>.<host>.<pid>.``: who is generating it, so a later start can tell an orphan."""
+    host = "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname())[:40] or "host"
+    return f".{name}.{host}.{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def sweep_stale_tmp(parent: Path, now: float | None = None) -> list[Path]:
+    """Remove temporary demo folders left by an interrupted generation; return what was removed.
+
+    A folder ``.demo-*.<host>.<pid>.*`` goes when its process (on this host) is gone, and any
+    one untouched for :data:`STALE_TMP_SECONDS` (another host's, or a reused pid) goes too.
+    """
+    removed: list[Path] = []
+    now = time.time() if now is None else now
+    host = _tmp_prefix("x").split(".")[2]
+    try:
+        candidates = [p for p in parent.glob(".demo-*") if p.is_dir()]
+    except OSError:
+        return removed
+    for path in candidates:
+        parts = path.name.split(".")  # ['', 'demo-binary-<digest>', host, pid, random]
+        orphan = False
+        if len(parts) >= 5 and parts[2] == host and parts[3].isdigit():
+            orphan = int(parts[3]) != os.getpid() and not _alive(int(parts[3]))
+        try:
+            old = now - path.stat().st_mtime > STALE_TMP_SECONDS
+        except OSError:
+            continue
+        if orphan or old:
+            shutil.rmtree(path, ignore_errors=True)
+            if not path.exists():
+                removed.append(path)
+    return removed
+
+
+def _estimate_bytes(per_class: dict, n_classes: int, size: int) -> int:
+    """Upper estimate of the generated folder's size (a noisy tile barely compresses)."""
+    tiles = sum(int(v) for v in per_class.values()) * n_classes
+    return tiles * (size * size * 3 + _TILE_OVERHEAD)
+
+
 def ensure_demo_dataset(variant: str, per_class: dict, size: int = 96, seed: int = 0) -> Path:
-    """Generate (once) and return the image-folder root of a demo dataset."""
+    """Generate (once) and return the image-folder root of a demo dataset.
+
+    The tiles go under the job's cache (``--cache-dir``, else ``$PRISM_CACHE_DIR`` or the default;
+    see :mod:`prism_plugin.data.datacache`). They are written into a temporary folder that is
+    renamed into place when complete and removed when the generation fails or is interrupted;
+    one left by a killed process is swept by the next start. A cache without room for the tiles,
+    or not writable, is reported in one line naming the folder and the fix.
+    """
     spec = {"variant": variant, "per_class": {k: int(v) for k, v in sorted(per_class.items())},
             "size": size, "seed": seed, "version": GENERATOR_VERSION}
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-    root = cache_root() / "datasets" / f"demo-{variant}-{digest}"
+    root = data_cache_root() / "datasets" / f"demo-{variant}-{digest}"
     if (root / "COMPLETE").exists():
         return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
+    classes = VARIANTS[variant]
+    tmp: Path | None = None
     try:
-        classes = VARIANTS[variant]
+        with naming(root.parent):
+            root.parent.mkdir(parents=True, exist_ok=True)
+        sweep_stale_tmp(root.parent)
+        check_free_space(root.parent, _estimate_bytes(spec["per_class"], len(classes), size),
+                         what=f"the demo tiles {root.name}", fix=DEMO_FIX)
+        with naming(root.parent):
+            tmp = Path(tempfile.mkdtemp(prefix=_tmp_prefix(root.name), dir=root.parent))
+            honour_umask(tmp, 0o777)  # mkdtemp gives 0700: the tiles folder gets the umask's mode
         for s_idx, (split, count) in enumerate(sorted(spec["per_class"].items())):
             for c_idx, cls in enumerate(classes):
                 folder = tmp / split / cls
                 folder.mkdir(parents=True)
                 rng = np.random.default_rng([seed, s_idx, c_idx])
                 for i in range(count):
-                    render_tile(cls, rng, size).save(folder / f"{cls}_{i:04d}.png", optimize=False)
+                    target = folder / f"{cls}_{i:04d}.png"
+                    with naming(target):
+                        render_tile(cls, rng, size).save(target, optimize=False)
         (tmp / "SPEC.json").write_text(json.dumps(spec, indent=2))
         (tmp / "COMPLETE").write_text("synthetic H&E-like tiles generated by prism_plugin.data.demo\n")
         try:
             os.rename(tmp, root)
         except OSError:  # another process finished first
+            if not (root / "COMPLETE").exists():
+                raise
             shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        tmp = None
+    except OSError as exc:
+        raise as_error(exc, path=root, elsewhere=DEMO_ELSEWHERE) from None
+    finally:
+        if tmp is not None:  # failed or interrupted (Ctrl-C, SIGTERM): leave nothing behind
+            shutil.rmtree(tmp, ignore_errors=True)
     return root

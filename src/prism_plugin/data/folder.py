@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from prism_plugin.data.base import NoAll, Pool, Source, resolve_root
+from prism_plugin.data.base import NoAll, Pool, Source, check_pool_name, resolve_root
 from prism_plugin.errors import PrismError
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".webp"}
@@ -56,7 +56,7 @@ class ImageFolderSource(Source):
     def all_pool_names(self) -> list[str]:
         if not self.root.is_dir():
             raise self.missing("folder", self.root)
-        return sorted(d.name for d in self.root.iterdir() if d.is_dir())
+        return sorted(d.name for d in self.root.iterdir() if d.is_dir() and not d.name.startswith("."))
 
     def pool(self, name: str) -> Pool:
         if self.layout == "flat":
@@ -65,8 +65,9 @@ class ImageFolderSource(Source):
                                  f"{name!r} must be a part of the task's split: procedure")
             folder, layout = self.root, "<root>/<class>/<image>"
         else:
-            if name == "all":
-                raise NoAll
+            check_pool_name(name, f"task {self.task.name} ({self.task.file})")
+            if name == "all" and not (self.root / "all").is_dir():
+                raise NoAll  # no folder named 'all': it stands for every split folder
             folder, layout = self.root / name, f"{self.root}/{name}/<class>/<image>"
         if not folder.is_dir():
             raise self.missing("image folder" if self.layout == "flat" else f"split {name!r}", folder, layout)

@@ -93,9 +93,20 @@ def _hf_cache_dir() -> str:
 
 
 def _local_cache_dir() -> str:
-    from prism_plugin.paths import cache_root
+    """Where ``datasets`` caches a local copy it converts: under the job's cache (``--cache-dir``)."""
+    from prism_plugin.data.datacache import data_cache_root
 
-    return str(cache_root() / "hf-datasets")
+    return str(data_cache_root() / "hf-datasets")
+
+
+def _storage_fault(exc: BaseException, cache: str):
+    """A full / read-only / over-quota cache while ``datasets`` writes: the folder and the fix, else None."""
+    from prism_plugin.fsfaults import as_error, is_storage_fault
+
+    if not is_storage_fault(exc):
+        return None
+    return as_error(exc, path=cache, elsewhere="set source.cache_dir, HF_DATASETS_CACHE or --cache-dir to "
+                                               "another folder")
 
 
 def resolve_local(path: str) -> Path | None:
@@ -173,6 +184,9 @@ def _load_local(local: Path, spec: dict, task_name: str, dataset_name: str):
     except PrismError:
         raise
     except Exception as exc:  # datasets raises many types for unreadable local data
+        fault = _storage_fault(exc, cache)
+        if fault is not None:
+            raise fault from None
         raise PrismError(f"task {task_name}: dataset {dataset_name!r}: {local} cannot be read with datasets "
                          f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
                          "check source.format / data_files") from None
@@ -197,6 +211,9 @@ def _load_hub(hub_id: str, spec: dict, task_name: str, dataset_name: str, option
         return _as_dict(datasets.load_dataset(hub_id, spec.get("name"), revision=revision, **kwargs), datasets)
     except Exception as exc:  # network, auth, missing cache entry: one message either way
         where = spec.get("cache_dir") or _hf_cache_dir()
+        fault = _storage_fault(exc, where)
+        if fault is not None:
+            raise fault from None
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if offline:
             raise PrismError(

@@ -30,6 +30,12 @@ def map_labels(pool: "Pool", task, class_map: dict | None, drop_unmapped: bool, 
     raw = pool.raw
     if not raw:
         return np.zeros(0, dtype=np.int64)
+    bad = next((r for r in raw if not _scalar(r)), None)
+    if bad is not None:
+        kind = type(bad).__name__
+        raise PrismError(f"task {task.name}: labels must be 1-D integers or class names, but {pool.where} has a "
+                         f"{kind} label{' (one-hot or multi-label rows?)' if kind in ('list', 'tuple', 'ndarray') else ''}; "
+                         "give each image one integer class index or class name")
     uniq: dict[Any, list[str]] = {}
     for r in dict.fromkeys(raw):
         ids = [raw_class_id(r)]
@@ -85,6 +91,11 @@ def map_labels(pool: "Pool", task, class_map: dict | None, drop_unmapped: bool, 
         )
     lut = {r: target.get(r, -1) for r in uniq}
     return np.asarray([lut[r] for r in raw], dtype=np.int64)
+
+
+def _scalar(value: Any) -> bool:
+    """A raw class: an integer or a class name (bool and float are matched by their text)."""
+    return isinstance(value, (str, int, float, np.integer, np.floating, np.str_))
 
 
 def _all_ints(uniq: dict) -> bool:

@@ -22,36 +22,64 @@ def read_embedding_split(folder: str | Path, split: str) -> tuple[np.ndarray, np
     Reads ``{split}_features.npy`` + ``{split}_labels.npy`` (the PRISM release
     layout ``embeddings/<model>/<dataset>/``), or else ``{split}.parquet`` with
     a list column ``features`` (or ``embedding``) and an integer column
-    ``label`` (or ``labels``/``y``).
+    ``label`` (or ``labels``/``y``). Features must be a 2-D real matrix, labels
+    1-D integers of the same length (:mod:`prism_plugin.data.npy`); every bad
+    file is one PrismError naming it.
     """
+    from prism_plugin.data.npy import read_features, read_labels
+    from prism_plugin.protocol.inputs import check_pair_lengths
+
     folder = Path(folder)
+    if not isinstance(split, str) or not split or "/" in split or "\\" in split or split in (".", ".."):
+        raise PrismError(f"{folder}: split name {split!r} cannot name a file there; use a plain name such as test")
     fpath, lpath = folder / f"{split}_features.npy", folder / f"{split}_labels.npy"
     if fpath.exists() and lpath.exists():
-        try:
-            X = np.load(fpath, mmap_mode="r", allow_pickle=False)
-            y = np.load(lpath, allow_pickle=False)
-        except ValueError as exc:
-            raise PrismError(f"{folder}: cannot read {split} arrays without pickle ({exc})") from None
-        if len(X) != len(y):
-            raise PrismError(f"{folder}: {split}_features.npy has {len(X)} rows but {split}_labels.npy has "
-                             f"{len(y)}; they must have equal length")
-        return X, np.asarray(y).reshape(-1), file_digest(fpath) + file_digest(lpath)[:16]
+        X = read_features(fpath, mmap=True)
+        y = read_labels(lpath)
+        check_pair_lengths(len(X), len(y), str(folder), f"rows in {fpath.name}", f"labels in {lpath.name}")
+        return X, y, file_digest(fpath) + file_digest(lpath)[:16]
     ppath = folder / f"{split}.parquet"
     if ppath.exists():
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(ppath)
-        fcol = next((c for c in ("features", "embedding", "embeddings") if c in table.column_names), None)
-        lcol = next((c for c in ("label", "labels", "y") if c in table.column_names), None)
-        if fcol is None or lcol is None:
-            raise PrismError(f"{ppath}: needs a list column 'features' and an integer column 'label' "
-                             f"(columns: {', '.join(table.column_names)})")
-        col = table.column(fcol).combine_chunks()
-        X = np.asarray(col.flatten().to_numpy(zero_copy_only=False)).reshape(len(table), -1)
-        y = table.column(lcol).to_numpy().astype(np.int64)
-        return X, y, file_digest(ppath)
+        return _read_parquet(ppath)
+    if fpath.exists() != lpath.exists():
+        have, lack = (fpath, lpath) if fpath.exists() else (lpath, fpath)
+        raise PrismError(f"{folder}: {have.name} is there but {lack.name} is missing; split {split!r} needs both")
     raise PrismError(f"embeddings for split {split!r} not found in {folder}: expected {split}_features.npy + "
                      f"{split}_labels.npy (PRISM release layout) or {split}.parquet")
+
+
+def _read_parquet(ppath: Path) -> tuple[np.ndarray, np.ndarray, str]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from prism_plugin.protocol.inputs import as_labels
+
+    try:
+        table = pq.read_table(ppath)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise PrismError(f"{ppath}: not a readable parquet file ({type(exc).__name__}); write it again "
+                         "(e.g. with pandas.DataFrame.to_parquet)") from None
+    fcol = next((c for c in ("features", "embedding", "embeddings") if c in table.column_names), None)
+    lcol = next((c for c in ("label", "labels", "y") if c in table.column_names), None)
+    if fcol is None or lcol is None:
+        raise PrismError(f"{ppath}: needs a list column 'features' and an integer column 'label' "
+                         f"(columns: {', '.join(table.column_names)})")
+    col = table.column(fcol).combine_chunks()
+    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type) or pa.types.is_fixed_size_list(col.type)):
+        raise PrismError(f"{ppath}: column {fcol!r} must hold one list of numbers per row, got type {col.type}")
+    if col.null_count:
+        raise PrismError(f"{ppath}: column {fcol!r} has {col.null_count} empty (null) rows; drop or re-extract them")
+    lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False) if len(col) else np.zeros(0, int)
+    if len(lengths) and (lengths.min() != lengths.max() or lengths.min() == 0):
+        raise PrismError(f"{ppath}: column {fcol!r} rows have {int(lengths.min())} to {int(lengths.max())} values; "
+                         "every embedding must have the same (non-zero) length")
+    flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False))
+    if flat.dtype.kind not in "fiu":
+        raise PrismError(f"{ppath}: column {fcol!r} must hold numbers, got {col.type}")
+    X = flat.reshape(len(table), -1) if len(table) else flat.reshape(0, 0)
+    y = as_labels(table.column(lcol).to_numpy(zero_copy_only=False), f"{ppath}: column {lcol!r}", strict=True)
+    return X, y, file_digest(ppath)
 
 
 def write_embedding_split(folder: str | Path, split: str, X: np.ndarray, y: np.ndarray) -> None:

@@ -47,11 +47,18 @@ class RecordsSource(Source):
         if self._rows is None:
             if not self.file.is_file():
                 raise self.missing("manifest", self.file)
-            self._rows = read_records(self.file)
+            rows = read_records(self.file)
             for col in (self.image_column, self.label_column, self.split_column):
-                if col and self._rows and col not in self._rows[0]:
-                    raise PrismError(f"{self.file}: no column {col!r} (columns: {', '.join(map(str, self._rows[0]))}); "
+                if col and rows and col not in rows[0]:
+                    raise PrismError(f"{self.file}: no column {col!r} (columns: {', '.join(map(str, rows[0]))}); "
                                      "set source.image_column / label_column / split_column")
+            for i, r in enumerate(rows):
+                for col in (self.image_column, self.label_column, self.split_column):
+                    if col and (col not in r or r[col] is None or isinstance(r[col], (list, dict))):
+                        what = "has no" if col not in r or r[col] is None else "has a list or mapping in"
+                        raise PrismError(f"{self.file}: record {i + 1} {what} column {col!r}; every record needs one "
+                                         "plain value (a path, a class name or integer, a split name) per column")
+            self._rows = rows
         return self._rows
 
     def all_pool_names(self) -> list[str]:

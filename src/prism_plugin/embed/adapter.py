@@ -103,6 +103,85 @@ def file_content_digest(path) -> str:
     return memoised_file_digest(path, digest_size=20)
 
 
+#: file suffixes of weights inside a checkpoint folder (hashed by the default :meth:`Adapter.weights_fingerprint`)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".h5", ".onnx", ".msgpack",
+                   ".npz", ".gguf", ".tar")
+#: constructor arguments that never change the embeddings (left out of the default weights fingerprint)
+RUNTIME_ARGS = frozenset({"batch_size", "device", "num_workers", "normalize"})
+
+
+def _existing_file_or_folder(value: Any):
+    """``Path`` of a ``str``/``PathLike`` value naming an existing file or folder, else ``None``."""
+    import os
+    from pathlib import Path
+
+    if not isinstance(value, (str, os.PathLike)) or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        path = Path(os.fspath(value)).expanduser()
+        if path.is_file() or path.is_dir():
+            return path
+    except (OSError, ValueError, TypeError):  # a name too long, a NUL byte, ...
+        return None
+    return None
+
+
+def path_content_digest(path) -> str:
+    """The content digest of a weight file (:func:`file_content_digest`) or of a checkpoint folder: its
+    weight files (:data:`WEIGHT_SUFFIXES`, top level, sorted) as ``name=digest`` pairs; ``""`` for a
+    folder that holds none (e.g. a data folder)."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_file():
+        return file_content_digest(path)
+    files = sorted(p for p in path.iterdir() if p.suffix.lower() in WEIGHT_SUFFIXES and p.is_file())
+    return ",".join(f"{p.name}={file_content_digest(p)}" for p in files)
+
+
+def declared_weights(adapter: "Adapter") -> dict[str, Any]:
+    """What the default :meth:`Adapter.weights_fingerprint` covers, as JSON-plain data:
+
+    * ``hub``: ``hub_id@revision`` when the adapter declares a ``hub_id`` (``revision`` attribute,
+      default ``main``);
+    * ``files``: for every constructor argument (keyword or positional) and every public instance
+      attribute whose value names an existing file, the file's content digest (blake2b, memoised
+      per path, size and modification time, so a multi-GB checkpoint is read once per process);
+      for a folder, the digests of the weight files in it. The content counts, not the path: a
+      checkpoint moved elsewhere keeps its fingerprint, one rewritten in place changes it;
+    * ``args``: every other constructor argument, by value, except those that never change the
+      embeddings (:data:`RUNTIME_ARGS`).
+    """
+    out: dict[str, Any] = {}
+    if getattr(adapter, "hub_id", ""):
+        out["hub"] = f"{adapter.hub_id}@{getattr(adapter, 'revision', None) or 'main'}"
+    args, kwargs = getattr(adapter, "_init_args", ((), {}))
+    named = [(f"#{i}", v) for i, v in enumerate(args)] + sorted(kwargs.items())
+    attrs = sorted((k, v) for k, v in vars(adapter).items() if not k.startswith("_"))
+    files: dict[str, str] = {}
+    plain: dict[str, Any] = {}
+    for origin, items in (("arg", named), ("attr", attrs)):
+        for name, value in items:
+            if name in RUNTIME_ARGS:
+                continue
+            path = _existing_file_or_folder(value)
+            digest = None
+            if path is not None:
+                try:
+                    digest = path_content_digest(path)  # "" for a folder without weight files
+                except OSError:  # unreadable here: its name identifies it (the build will say why)
+                    path = None
+            if digest:
+                files[f"{origin}:{name}"] = digest
+            elif path is None and origin == "arg":
+                plain[name] = json.loads(json.dumps(value, sort_keys=True, default=str))
+    if files:
+        out["files"] = files
+    if plain:
+        out["args"] = plain
+    return out
+
+
 def parse_int(value: Any, name: str, minimum: int = 1) -> int:
     try:
         out = int(value)
@@ -134,6 +213,13 @@ class Adapter:
     #: dtype for ``torch.autocast`` during extraction on CUDA (``None``: full fp32).
     #: The extraction loop reads it; adapters document why their model tolerates it.
     autocast_dtype: Any = None
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        # the constructor's arguments, for the default weights_fingerprint (a subclass's own
+        # ``checkpoint=`` never reaches Adapter.__init__); pickling/copying calls __new__ bare
+        self = super().__new__(cls)
+        self._init_args = (tuple(args), dict(kwargs))
+        return self
 
     def __init__(self, *, normalize: Any = True, batch_size: Any = 64, device: str = "auto", **unknown: Any):
         if unknown:
@@ -170,8 +256,26 @@ class Adapter:
         }
 
     def weights_fingerprint(self) -> str:
-        """A digest of the weights; subclasses with files or hub revisions override it."""
-        return ""
+        """What identifies the weights (and any other option) this adapter embeds with; part of
+        :meth:`fingerprint`, hence of the embedding-cache key and of every run's fingerprint.
+
+        The default covers, without any code in the subclass (:func:`declared_weights`):
+
+        * the **content** of every file named by a constructor argument or a public attribute
+          (``checkpoint="/w/model.pt"``, ``self.weights = Path(...)``): a checkpoint rewritten in
+          place gets a new fingerprint, so its embeddings are re-extracted; a checkpoint folder
+          counts by the weight files in it (:data:`WEIGHT_SUFFIXES`);
+        * ``hub_id`` with a ``revision`` attribute (default ``main``) when declared;
+        * every other constructor argument by value (not ``batch_size``, ``device``, ``normalize``,
+          which :meth:`config` already covers or which do not change the numbers).
+
+        An adapter with nothing of the kind gets ``""``. Override it when the weights come from
+        somewhere else (a download resolved at build time, a random initialisation): return a
+        string that changes whenever the weights do, e.g. ``"file:" + file_content_digest(path)``
+        or ``f"hub:{repo}@{commit}"``.
+        """
+        declared = declared_weights(self)
+        return json.dumps(declared, sort_keys=True) if declared else ""
 
     def fingerprint(self) -> str:
         payload = json.dumps({"config": self.config(), "weights": self.weights_fingerprint()}, sort_keys=True)

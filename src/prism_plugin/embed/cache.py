@@ -43,6 +43,7 @@ import numpy as np
 from filelock import FileLock, Timeout
 
 from prism_plugin.errors import PrismError
+from prism_plugin.fsfaults import as_error, check_free_space, naming
 from prism_plugin.hashing import file_digest
 from prism_plugin.paths import cache_root
 from prism_plugin.results import atomic_write_text
@@ -85,21 +86,36 @@ def file_checksum(path: Path) -> str:
     return file_digest(path, digest_size=20)
 
 
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as fh:
-        os.fsync(fh.fileno())
+#: how to move the cache's writes elsewhere (the second half of every cache fault's fix)
+CACHE_ELSEWHERE = "pass --cache-dir DIR (or set PRISM_CACHE_DIR) to another folder"
+#: what to do when the cache is too full for a write
+CACHE_FIX = "free space there, or pass --cache-dir DIR (or set PRISM_CACHE_DIR) to a folder on another disk"
+
+
+def _cache_fault(exc: OSError, path: Path) -> PrismError:
+    """The one line for an ``OSError`` writing ``path`` in the cache (names the file and the fix)."""
+    return as_error(exc, path=path, elsewhere=CACHE_ELSEWHERE)
 
 
 def save_npy_atomic(path: Path, array: np.ndarray) -> None:
-    """``np.save`` (no pickle) to a temporary name in the same folder, fsync, rename."""
+    """``np.save`` (no pickle) to a temporary name in the same folder, fsync, rename.
+
+    A failed write (full disk, quota, read-only) removes the temporary file and raises
+    one :class:`~prism_plugin.errors.PrismError` naming ``path``.
+    """
     path = Path(path)
+    array = np.asarray(array)
+    check_free_space(path.parent, int(array.nbytes), what=f"{path.name} ({array.shape})", fix=CACHE_FIX)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.time_ns()}.tmp")
     try:
-        with open(tmp, "wb") as fh:
-            np.save(fh, array, allow_pickle=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(path)
+        with naming(path):
+            with open(tmp, "wb") as fh:
+                np.save(fh, array, allow_pickle=False)
+                fh.flush()
+                os.fsync(fh.fileno())
+            tmp.replace(path)
+    except OSError as exc:
+        raise _cache_fault(exc, path) from None
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -155,12 +171,12 @@ class CacheEntry:
 
     def lock(self) -> FileLock:
         """The entry's inter-process lock (re-entrant within one thread)."""
+        path = str(self.lock_path)
         try:
             self.dir.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o666))  # what FileLock does, failing here in words
         except OSError as exc:
-            raise PrismError(f"embedding cache {self.root} is not a writable folder ({exc.strerror or exc}); "
-                             "pass --cache-dir DIR or set PRISM_CACHE_DIR") from None
-        path = str(self.lock_path)
+            raise as_error(exc, path=path, elsewhere=CACHE_ELSEWHERE) from None
         with _LOCKS_GUARD:
             lock = _LOCKS.get(path)
             if lock is None:
@@ -352,14 +368,19 @@ class CacheEntry:
 
     def write_shard(self, index: int, features: np.ndarray, labels: np.ndarray, start: int | None = None) -> None:
         """Write one shard's arrays atomically, then its record (rows, start, checksums)."""
-        self.shard_dir.mkdir(parents=True, exist_ok=True)
         fpath, lpath = self.shard_paths(index)
-        self.shard_meta_path(index).unlink(missing_ok=True)
-        save_npy_atomic(lpath, np.asarray(labels).astype(np.int64))
-        save_npy_atomic(fpath, np.asarray(features).astype(np.float32))
-        meta = {"index": index, "start": start, "rows": int(len(labels)), "dim": int(features.shape[1]),
-                "features_checksum": file_checksum(fpath), "labels_checksum": file_checksum(lpath)}
-        atomic_write_text(self.shard_meta_path(index), json.dumps(meta))
+        try:
+            with naming(self.shard_dir):
+                self.shard_dir.mkdir(parents=True, exist_ok=True)
+            self.shard_meta_path(index).unlink(missing_ok=True)
+            save_npy_atomic(lpath, np.asarray(labels).astype(np.int64))
+            save_npy_atomic(fpath, np.asarray(features).astype(np.float32))
+            meta = {"index": index, "start": start, "rows": int(len(labels)), "dim": int(features.shape[1]),
+                    "features_checksum": file_checksum(fpath), "labels_checksum": file_checksum(lpath)}
+            with naming(self.shard_meta_path(index)):
+                atomic_write_text(self.shard_meta_path(index), json.dumps(meta))
+        except OSError as exc:
+            raise _cache_fault(exc, self.shard_meta_path(index)) from None
 
     def shards_on_disk(self) -> list[int]:
         """Indices of shards with a record (finished shards of an interrupted extraction)."""
@@ -379,23 +400,36 @@ class CacheEntry:
             if meta is None:
                 raise PrismError(f"cache entry {self.dir}: shard {i} is missing; rerun to extract it")
             total += int(meta["rows"])
+        final = self.dir / "features.npy"
+        # Ordinary writes, never a memory map: on a full disk a store into a mapped page kills the
+        # process with SIGBUS; write(2) fails with ENOSPC, which is reported with the path.
+        check_free_space(self.dir, total * dim * 4 + total * 8,
+                         what=f"the merged embeddings of cache entry {self.key[:12]} ({total} x {dim} float32)",
+                         fix=CACHE_FIX)
         ftmp = self.dir / f".features.npy.{os.getpid()}.tmp"
         try:
-            out = np.lib.format.open_memmap(ftmp, mode="w+", dtype=np.float32, shape=(total, dim))
             labels = np.empty(total, dtype=np.int64)
             pos = 0
-            for i in range(n_shards):
-                fpath, lpath = self.shard_paths(i)
-                X = load_npy(fpath, mmap=True)
-                if X.ndim != 2 or X.shape[1] != dim:
-                    raise PrismError(f"cache entry {self.dir}: shard {i} has shape {X.shape}, expected (*, {dim})")
-                out[pos:pos + X.shape[0]] = X
-                labels[pos:pos + X.shape[0]] = load_npy(lpath)
-                pos += X.shape[0]
-            out.flush()
-            del out
-            _fsync(ftmp)
-            ftmp.replace(self.dir / "features.npy")
+            with naming(final), open(ftmp, "wb") as fh:
+                header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+                          "shape": (total, dim)}
+                np.lib.format.write_array_header_1_0(fh, header)  # the header np.save / open_memmap write
+                for i in range(n_shards):
+                    fpath, lpath = self.shard_paths(i)
+                    X = load_npy(fpath, mmap=True)
+                    if X.ndim != 2 or X.shape[1] != dim:
+                        raise PrismError(f"cache entry {self.dir}: shard {i} has shape {X.shape}, expected (*, {dim})")
+                    fh.write(np.ascontiguousarray(X, dtype=np.float32).tobytes())
+                    labels[pos:pos + X.shape[0]] = load_npy(lpath)
+                    pos += X.shape[0]
+                if pos != total:
+                    raise PrismError(f"cache entry {self.dir}: shards hold {pos} rows, their records {total}; "
+                                     "rerun to re-extract them")
+                fh.flush()
+                os.fsync(fh.fileno())
+            ftmp.replace(final)
+        except OSError as exc:
+            raise _cache_fault(exc, final) from None
         finally:
             ftmp.unlink(missing_ok=True)
         save_npy_atomic(self.dir / "labels.npy", labels)
@@ -409,7 +443,11 @@ class CacheEntry:
         }
         for stale in self.dir.glob(".*.tmp"):  # left by an extraction killed mid-write (we hold the lock)
             stale.unlink(missing_ok=True)
-        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2))
+        try:
+            with naming(self.manifest_path):
+                atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2))
+        except OSError as exc:
+            raise _cache_fault(exc, self.manifest_path) from None
         self._remove_shards()
 
     def _remove_shards(self) -> None:

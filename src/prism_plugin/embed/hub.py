@@ -187,6 +187,11 @@ def download_weights(hub_id: str, filenames: Sequence[str], *, model: str, gated
         try:
             return Path(hf_hub_download(hub_id, filename, revision=revision))
         except Exception as exc:  # noqa: BLE001 - classified below, re-raised as one clear error
+            from prism_plugin.fsfaults import as_error, is_storage_fault
+
+            if is_storage_fault(exc):  # the hub cache is full / read-only: name it, not the model
+                raise as_error(exc, path=hub_cache_dir(), elsewhere="set HF_HUB_CACHE (or HF_HOME) to a writable "
+                               "folder on another disk, or pass --model-args checkpoint=PATH") from None
             kind = classify(exc)
             if kind == "unauthorised":
                 raise weights_error(model, hub_id, describe_failure(kind, exc), gated=gated) from None
@@ -195,6 +200,14 @@ def download_weights(hub_id: str, filenames: Sequence[str], *, model: str, gated
             if kind == "offline" or last[0] != "offline":
                 last = (kind, exc)
     raise weights_error(model, hub_id, describe_failure(last[0], last[1]), gated=gated)
+
+
+def hub_cache_dir() -> str:
+    """The hub client's download cache (``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return os.path.join(home, "hub")
 
 
 def hub_files_in(folder: Path, names: Iterable[str]) -> Path | None:

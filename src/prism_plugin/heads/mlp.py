@@ -120,6 +120,13 @@ def _bool(value: Any, key: str) -> bool:
     raise _fail(key, f"must be true or false, got {value!r}")
 
 
+def _writable(a) -> np.ndarray:
+    """A C-contiguous, writable array for ``torch.from_numpy`` (a read-only memory map is copied:
+    torch warns on, and could write through, a non-writable buffer)."""
+    a = np.ascontiguousarray(a)
+    return a if a.flags.writeable else a.copy()
+
+
 class MLPProbe:
     """One-hidden-layer MLP probe; see the module docstring for every default."""
 
@@ -224,10 +231,10 @@ class MLPProbe:
                     torch.nn.Linear(self.hidden, 1 if binary else len(self.classes_)),
                 ).to(device)
             gen = torch.Generator().manual_seed(self.seed)
-            Xt = torch.from_numpy(np.ascontiguousarray(X)).to(device)
-            yt = torch.from_numpy(y_idx).to(device)
+            Xt = torch.from_numpy(_writable(X)).to(device)
+            yt = torch.from_numpy(_writable(y_idx)).to(device)
             if split is not None:
-                tr, va = (torch.from_numpy(s).to(device) for s in split)
+                tr, va = (torch.from_numpy(_writable(s)).to(device) for s in split)
                 X_tr, y_tr, X_va, y_va = Xt[tr], yt[tr], Xt[va], yt[va]
             else:
                 X_tr, y_tr, X_va, y_va = Xt, yt, None, None
@@ -305,7 +312,7 @@ class MLPProbe:
                 chunk = np.asarray(X[start:start + PREDICT_CHUNK], dtype=np.float32)
                 if self.standardize:
                     chunk = (chunk - self._mean) / self._scale
-                out = self._net(torch.from_numpy(np.ascontiguousarray(chunk)).to(device))
+                out = self._net(torch.from_numpy(_writable(chunk)).to(device))
                 parts.append(out.cpu().numpy().astype(np.float64))
         return parts
 

@@ -28,14 +28,33 @@ BUILTIN_METRICS: tuple[tuple[str, str | None, str, str], ...] = (
     ("temperature_src", None, "source-fitted temperature", "s"),
     ("f1_binary", "higher", "F1 (positive class)", ""),
     ("nll_scaled", "lower", "NLL after T", "r"),
+    # prevalence-aware collapse (prism_plugin.metrics.collapse; not PRISM columns, so not in summary.json cells)
+    ("min_class_recall", "higher", "smallest per-class recall", "r"),
+    ("top_class_true_share", None, "true share of the most predicted class", ""),
+    ("other_class_recall_max", None, "best recall outside the most predicted class", ""),
+    ("collapsed", None, "prevalence-aware collapse (share of seeds)", ""),
+    ("n_test_classes", None, "classes in the test split", ""),
+    ("min_test_class_count", None, "samples of the rarest test class", ""),
 )
+
+#: One-line meanings of the built-in columns whose name does not say it all (``prism-run ls metrics``).
+DESCRIPTIONS: dict[str, str] = {
+    "degeneracy_share": "PRISM: share of test predictions in the most predicted class (degenerate = > 0.99)",
+    "min_class_recall": "smallest recall over the classes present in the test split (0 = a class never found)",
+    "top_class_true_share": "true test share of the class the probe predicts most (compare degeneracy_share)",
+    "other_class_recall_max": "best recall among the test classes other than the most predicted one",
+    "collapsed": "prevalence-aware collapse: predicts one class more often than it occurs and recalls no other "
+                 "test class above 0.05 (never on a one-class test split)",
+    "n_test_classes": "number of classes present in the test split",
+    "min_test_class_count": "test samples of the rarest class present",
+}
 
 
 @hookimpl
 def register_metrics(register) -> None:
     for column, direction, display, where in BUILTIN_METRICS:
-        register(column, direction=direction, display=display, summary="s" in where, report="r" in where,
-                 bands="b" in where, compare="c" in where)
+        register(column, direction=direction, display=display, description=DESCRIPTIONS.get(column, ""),
+                 summary="s" in where, report="r" in where, bands="b" in where, compare="c" in where)
 
 
 # --------------------------------------------------------------------------- reading the descriptions

@@ -104,7 +104,12 @@ def ece_from_bins(entry: Mapping[str, Any]) -> float:
 def artifact_name(task: str, fraction: float, seed: int) -> str:
     """File name of one run's artifact: ``<task>--f<fraction:g>-s<seed>.json`` (safe characters)."""
     raw = f"{task}--f{float(fraction):g}-s{int(seed)}"
-    return "".join(ch if ch.isalnum() or ch in "-_.=" else "_" for ch in raw) + ".json"
+    safe = "".join(ch if ch.isalnum() or ch in "-_.=" else "_" for ch in raw)
+    if len(safe) > 200:  # below the usual 255-byte file-name limit, still unique
+        import hashlib
+
+        safe = safe[:180] + "-" + hashlib.sha256(raw.encode()).hexdigest()[:16]
+    return safe + ".json"
 
 
 # --------------------------------------------------------------------------- writing

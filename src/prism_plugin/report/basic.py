@@ -194,12 +194,18 @@ def verdict_section(ctx: _Ctx) -> ReportSection:
         sec.not_shown.append("no per-setting summary (report_settings) could be computed from these results")
         return sec
     tol = float(ctx.view.options.get("fewshot_tolerance", FEWSHOT_TOLERANCE))
-    v = build_verdict(settings, tolerance=tol, metric_cells=ctx.metric_cells)
+    from prism_plugin.report.verdict import results_flags
+
+    v = build_verdict(settings, tolerance=tol, metric_cells=ctx.metric_cells,
+                      flags=results_flags(getattr(ctx.view, "sources", ()) or ()))
     sec.tables["verdict"] = v
     intro = ("Each line answers one question and cites the number behind it (the table, the row and the column; "
-             "`verdict.csv` lists the same evidence). A probe *collapses* when more than 99 % of its test "
-             "predictions fall in one class; temperature scaling *does not help* in a cell when the seed-mean "
-             "scaled ECE is not below the raw ECE.")
+             "`verdict.csv` lists the same evidence). A probe *collapses* when it predicts one class beyond that "
+             "class's share of the test split and recalls no other test class above 5 % (prevalence-aware; "
+             "results without that column, such as the published tables, use PRISM's `degenerate`: more than "
+             "99 % of test predictions in one class); temperature scaling *does not help* in a cell when the "
+             "seed-mean scaled ECE is not below the raw ECE, and it is not a clean success when the fitted "
+             "temperature sits at a search bound or the test NLL rose after scaling.")
     md = [intro + " Markers: ✅ fine · ⚠️ caution · ❌ problem · ℹ️ context · ○ not measured."]
     h = [f'<p>{inline(intro)}</p><div class="legend-dots">'
          '<span><i style="background:var(--good)"></i>fine</span><span><i style="background:#f59e0b"></i>caution'
@@ -412,9 +418,11 @@ def temperature(ctx: _Ctx) -> ReportSection:
 # --------------------------------------------------------------------------- collapse
 def collapse(ctx: _Ctx) -> ReportSection:
     sec = ReportSection("Collapse", "", order=40, key="collapse", summary="where the probe predicts one class")
-    body = ["A probe **collapses** when more than 99 % of its test predictions fall in one class (PRISM's "
-            "`degenerate` flag). Each cell of the heatmap shows how many seeds collapsed; collapse usually marks "
-            "the label budget below which a setting cannot be trusted."]
+    body = ["A probe **collapses** when it predicts one class beyond that class's share of the test split and "
+            "recalls no other test class above 5 % (the prevalence-aware `collapsed` column). Results without "
+            "it (the published tables) use PRISM's `degenerate` flag: more than 99 % of the test predictions in "
+            "one class, whatever the prevalence. Each cell of the heatmap shows how many seeds collapsed; collapse "
+            "usually marks the label budget below which a setting cannot be trusted."]
     audit = ctx.view.table("degeneracy_audit")
     if audit is not None:
         body.append(f"`degeneracy_audit.csv` (PROTOCOL §6.13) lists {len(audit)} cells with at least one collapsed "
@@ -443,7 +451,8 @@ def collapse(ctx: _Ctx) -> ReportSection:
         body.append(f"Camelyon17 hospital transfer: {k} of {len(cam)} cells have a collapsed seed "
                     "(`report_cells.csv`, table camelyon17_transfer).")
     if not found:
-        sec.not_shown.append("the runs carry no `degenerate` flag (the collapse metric plugin was disabled)")
+        sec.not_shown.append("the runs carry no `collapsed` or `degenerate` flag (the collapse metric plugin was "
+                             "disabled)")
     sec.body = "\n\n".join(body)
     return sec
 

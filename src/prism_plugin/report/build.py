@@ -34,22 +34,42 @@ def source_dirs(sources: Iterable[Path]) -> list[Path]:
     return list(dict.fromkeys(f.parent for f in runs_files(sources)))
 
 
-def binary_convention(dirs: list[Path]) -> tuple[str, list[str]]:
-    import json
+def _resolved_tasks(dirs: Iterable[Path]) -> list[dict[str, Any]]:
+    from prism_plugin.results import read_summary
 
-    seen = set()
+    out = []
     for d in dirs:
-        p = d / "summary.json"
-        if p.exists():
-            try:
-                seen.add(json.loads(p.read_text()).get("resolved_task", {}).get("binary_logits", "symmetric"))
-            except (OSError, ValueError):
-                continue
+        data = read_summary(d)  # {} when absent, or when it does not describe its runs.csv
+        if data:
+            task = data.get("resolved_task")
+            out.append(task if isinstance(task, dict) else {})
+    return out
+
+
+def binary_convention(dirs: list[Path]) -> tuple[str, list[str]]:
+    seen = {t.get("binary_logits", "symmetric") for t in _resolved_tasks(dirs)}
     seen.discard(None)
     if len(seen) > 1:
         return "symmetric", ["results mix binary logit conventions (symmetric and natural): binary temperatures "
                              "are read against T = 2 (the reference's [-d, d] convention)"]
     return (seen.pop() if seen else "symmetric"), []
+
+
+def temperature_box(dirs: list[Path]) -> tuple[list[float] | None, list[str]]:
+    """The temperature search box the results in ``dirs`` used (``None``: the default [0.1, 10])."""
+    seen = set()
+    for task in _resolved_tasks(dirs):
+        bounds = task.get("temperature_bounds")
+        if not bounds:
+            continue
+        try:
+            seen.add(tuple(float(b) for b in bounds))
+        except (TypeError, ValueError):
+            continue
+    if len(seen) > 1:
+        return None, ["results mix temperature search boxes: bound-limited temperatures are checked against "
+                      "[0.1, 10]"]
+    return (list(seen.pop()) if seen else None), []
 
 
 def summary_options(options: Mapping[str, Any] | None, host, dirs: Iterable[Path],
@@ -58,9 +78,11 @@ def summary_options(options: Mapping[str, Any] | None, host, dirs: Iterable[Path
 
     ``band_metrics``: the transfer band metrics of the host (``register_metrics`` ``bands=True``),
     for the report_tables summary; ``binary_logits``: the convention of the results in ``dirs``
-    (:func:`binary_convention`). Keys already set are kept. ``described``: the host's
+    (:func:`binary_convention`); ``temperature_bounds``: their temperature search box
+    (:func:`temperature_box`). Keys already set are kept. ``described``: the host's
     :func:`~prism_plugin.metrics.descriptions.described_metrics`, when the caller has them.
     """
+    dirs = list(dirs)
     opts = dict(options or {})
     notes: list[str] = []
     if "band_metrics" not in opts:
@@ -70,7 +92,13 @@ def summary_options(options: Mapping[str, Any] | None, host, dirs: Iterable[Path
             described = described_metrics(host)
         opts["band_metrics"] = [d.column for d in described if d.info.bands]
     if "binary_logits" not in opts:
-        opts["binary_logits"], notes = binary_convention(list(dirs))
+        opts["binary_logits"], more = binary_convention(dirs)
+        notes += more
+    if "temperature_bounds" not in opts:
+        box, more = temperature_box(dirs)
+        notes += more
+        if box is not None:
+            opts["temperature_bounds"] = box
     return opts, notes
 
 
@@ -111,6 +139,12 @@ def build_view(path: Path, host, *, sources: Iterable[Path] | None = None, run_t
     sources = [path] if sources is None else [Path(s) for s in sources]
     dirs = source_dirs(sources)
     notes: list[str] = []
+    from prism_plugin.results import summary_problem
+
+    for d in dirs:  # a summary.json that does not describe its runs.csv is not read (see results.summary_dirs)
+        problem = summary_problem(d)
+        if problem is not None:
+            notes.append(f"summary.json not used: {problem}")
     for d in dirs:  # artifacts buffered by this process's runs (see metrics.reliability)
         reliability.flush(d)
     if run_tables is None and dirs:
@@ -247,6 +281,21 @@ def models_title(prefix: str, models: Iterable[str], most: int = 4) -> str:
     return f"{prefix}: {', '.join(models[:most])}{' …' if len(models) > most else ''}"
 
 
+def runs_stamp_of(view: ReportView) -> str | None:
+    """The SHA-256 of the ``runs.csv`` file(s) the report is built from (:func:`prism_plugin.results.runs_stamp`);
+    ``None`` when it reads none (published reference tables only)."""
+    from prism_plugin.results import runs_files, runs_stamp
+
+    return runs_stamp(runs_files(view.sources))
+
+
+def stamp_comment(stamp: str | None) -> str:
+    """The machine-readable line (Markdown and HTML alike) naming the runs.csv digest a report describes."""
+    from prism_plugin.results import RUNS_DIGEST_KEY
+
+    return f"<!-- prism-plugin {RUNS_DIGEST_KEY}: {stamp} -->\n" if stamp else ""
+
+
 def _subtitle(view: ReportView) -> str:
     runs = view.runs
     parts = []
@@ -260,6 +309,9 @@ def _subtitle(view: ReportView) -> str:
         parts.append(", ".join(TABLE_LABELS.get(t, t) for t in view.run_tables.present()))
     if view.reference:
         parts.append("published PRISM reference tables")
+    stamp = runs_stamp_of(view)
+    if stamp:
+        parts.append(f"runs.csv sha256 {stamp[:12]}")
     return " · ".join(parts)
 
 
@@ -314,7 +366,7 @@ def render_markdown(title: str, sections: list[ReportSection], view: ReportView,
              f"(`{HTML_NAME}`) holds the same content with the figures embedded.*\n"]
     parts.append("**Contents:** " + " · ".join(f"[{s.title}](#{s.anchor})" for s in sections) + "\n")
     parts += render_sections_md(sections)
-    return "\n".join(parts)
+    return "\n".join(parts) + "\n" + stamp_comment(runs_stamp_of(view))
 
 
 def render_sections_md(sections: Iterable[ReportSection], figures_dir: str = FIGURES) -> list[str]:
@@ -373,7 +425,7 @@ def render_html(title: str, sections: list[ReportSection], view: ReportView, rel
         title=_html.escape(title), subtitle=_html.escape(_subtitle(view)), toc=toc, body="\n".join(body),
         version=_html.escape(__version__), stamp=stamp, css=CSS,
         tables=_html.escape(rel_tables or "."),
-    )
+    ) + stamp_comment(runs_stamp_of(view))
 
 
 CSS = """

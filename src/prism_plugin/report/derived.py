@@ -10,7 +10,12 @@ the verdict read (not published by PRISM; file names chosen not to clash).
   records: own validation split in-distribution, **source** validation split
   for transfer, the proportional subset in ``indomain_propval``); seed mean /
   min / max of that temperature; seed means of the oracle / few-shot columns
-  when present; ``collapsed_runs`` (runs with ``degenerate``), ``collapsed_share``;
+  when present; ``collapsed_runs`` / ``collapsed_share`` (runs with the prevalence-aware
+  ``collapsed``, or with PRISM's ``degenerate`` where the runs lack that column: see
+  ``collapse_signal``), ``degenerate_runs`` (PRISM's > 0.99 share, always);
+  ``not_converged_runs``, ``t_bound_runs`` (``_low_runs``, ``_high_runs``: the table's temperature
+  within 0.001 of a bound of the search box, option ``temperature_bounds``, default [0.1, 10]),
+  ``nll_worse_runs`` (test NLL after scaling above the raw NLL), ``single_class_test_runs``;
   ``neutral_temperature`` (2 for binary problems under the reference
   ``[-d, d]`` logits, 1 otherwise); ``scaling_helps`` = seed-mean scaled ECE <
   seed-mean raw ECE (False when scaled ≥ raw, NaN-free cells only).
@@ -32,6 +37,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from prism_plugin.contracts import T_BOUNDS
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.tables import RunTables, SummaryOutput
 
@@ -70,6 +76,9 @@ SETTINGS_COLUMNS = [
     "neutral_temperature", "temperature_lo", "temperature_hi",
     "transfer_auroc", "target_ece_delta", "target_ece_rises",
     "fewshot_ks", "fewshot_k_needed", "fewshot_fractions_not_within",
+    "degenerate_cells", "collapse_signal", "single_class_test_cells",
+    "not_converged_runs", "not_converged_cells", "not_converged_fractions",
+    "t_bound_cells", "t_bound_fractions", "t_bound_side", "nll_worse_cells", "nll_worse_fractions",
 ]
 FEWSHOT_COLUMNS = [
     "table", "model", "setting", "fraction", "k", "n_runs", "temperature_fewshot", "ece_scaled_fewshot",
@@ -116,10 +125,9 @@ def neutral_temperature(n_classes: float, convention: str = "symmetric") -> floa
 
 
 def _as_flag(col: pd.Series) -> pd.Series:
-    if pd.api.types.is_bool_dtype(col) or pd.api.types.is_numeric_dtype(col):
-        return col.astype(float)
-    low = col.astype("string").str.strip().str.lower()
-    return low.map(lambda v: 1.0 if v in ("true", "1", "1.0", "yes") else (0.0 if v in ("false", "0", "0.0", "no") else np.nan)).astype(float)
+    from prism_plugin.quality import as_bool
+
+    return as_bool(col)
 
 
 def fewshot_ks(df: pd.DataFrame) -> list[int]:
@@ -141,54 +149,68 @@ def _long(tables: RunTables, bands: tuple[str, ...] = VERDICT_BAND_COLUMNS) -> p
             continue
         if key not in df.columns and not (key == "pair" and {"src", "tgt"} <= set(df.columns)):
             continue
-        out = pd.DataFrame({"table": table, "model": df["model"].astype(str), "setting": setting_values(df, key),
-                            "fraction": pd.to_numeric(df["fraction"], errors="coerce").round(9)})
-        out["n_classes"] = _n_classes(df, transfer, table).to_numpy()
+        nan = pd.Series(np.nan, index=df.index)
+        cols: dict[str, Any] = {"table": table, "model": df["model"].astype(str), "setting": setting_values(df, key),
+                                "fraction": pd.to_numeric(df["fraction"], errors="coerce").round(9)}
+        cols["n_classes"] = pd.Series(_n_classes(df, transfer, table).to_numpy(), index=df.index)
         for m in bands:
-            out[m] = pd.to_numeric(df[m], errors="coerce") if m in df.columns else np.nan
-        out["temperature"] = pd.to_numeric(df[tcol], errors="coerce") if tcol in df.columns else np.nan
-        for c in ("temperature_oracle", "ece_scaled_oracle", "degeneracy_share"):
-            out[c] = pd.to_numeric(df[c], errors="coerce") if c in df.columns else np.nan
-        out["degenerate"] = _as_flag(df["degenerate"]) if "degenerate" in df.columns else np.nan
+            cols[m] = pd.to_numeric(df[m], errors="coerce") if m in df.columns else nan
+        cols["temperature"] = pd.to_numeric(df[tcol], errors="coerce") if tcol in df.columns else nan
+        for c in ("temperature_oracle", "ece_scaled_oracle", "degeneracy_share", "nll", "nll_scaled",
+                  "n_test_classes"):
+            cols[c] = pd.to_numeric(df[c], errors="coerce") if c in df.columns else nan
+        if table == "indomain_propval":  # nll_scaled is after the full-validation T, not this table's
+            cols["nll_scaled"] = nan
+        for c in ("degenerate", "collapsed", "probe_converged"):
+            cols[c] = _as_flag(df[c]) if c in df.columns else nan
         for k in fewshot_ks(df):
-            out[f"temperature_fewshot_k{k}"] = pd.to_numeric(df[f"temperature_fewshot_k{k}"], errors="coerce")
-            out[f"ece_scaled_fewshot_k{k}"] = pd.to_numeric(df[f"ece_scaled_fewshot_k{k}"], errors="coerce")
-        parts.append(out)
+            cols[f"temperature_fewshot_k{k}"] = pd.to_numeric(df[f"temperature_fewshot_k{k}"], errors="coerce")
+            cols[f"ece_scaled_fewshot_k{k}"] = pd.to_numeric(df[f"ece_scaled_fewshot_k{k}"], errors="coerce")
+        parts.append(pd.DataFrame(cols, index=df.index).reset_index(drop=True))
     if not parts:
         return pd.DataFrame(columns=["table", "model", "setting", "fraction"])
     return pd.concat(parts, ignore_index=True)
 
 
 def report_cells(tables: RunTables, *, binary_logits: str = "symmetric",
-                 bands: tuple[str, ...] = VERDICT_BAND_COLUMNS) -> pd.DataFrame:
+                 bands: tuple[str, ...] = VERDICT_BAND_COLUMNS,
+                 t_bounds: tuple[float, float] = T_BOUNDS) -> pd.DataFrame:
     """The ``report_cells`` table (see the module docstring). Rows: tables in
     :data:`TABLE_SPECS` order, then model / setting in order of first
-    appearance, fraction ascending."""
+    appearance, fraction ascending. ``t_bounds``: the temperature search box the runs used."""
     long = _long(tables, bands)
     if long.empty:
         return pd.DataFrame(columns=CELL_ID)
     g = long.groupby(CELL_ID, sort=False)
-    out = g.size().rename("n_runs").to_frame()
-    out["n_classes"] = g["n_classes"].first()
-    out["neutral_temperature"] = [neutral_temperature(k, binary_logits) for k in out["n_classes"]]
+    cols: dict[str, Any] = {"n_runs": g.size()}  # columns gathered first, one frame built: never fragmented
+    cols["n_classes"] = g["n_classes"].first()
+    cols["neutral_temperature"] = pd.Series([neutral_temperature(k, binary_logits) for k in cols["n_classes"]],
+                                            index=cols["n_classes"].index)
     for m in bands:
         agg = g[m].agg(["mean", "std", "min", "max"])
         for stat in ("mean", "std", "min", "max"):
-            out[f"{m}_{stat}"] = agg[stat]
+            cols[f"{m}_{stat}"] = agg[stat]
     t = g["temperature"].agg(["mean", "min", "max"])
     for stat in ("mean", "min", "max"):
-        out[f"temperature_{stat}"] = t[stat]
+        cols[f"temperature_{stat}"] = t[stat]
     extra = [c for c in long.columns if c.startswith(("temperature_fewshot_k", "ece_scaled_fewshot_k"))]
     for c in ["temperature_oracle", "ece_scaled_oracle", "degeneracy_share", *extra]:
         if long[c].notna().any():
-            out[f"{c}_mean"] = g[c].mean()
+            cols[f"{c}_mean"] = g[c].mean()
+    out = pd.DataFrame(cols)
     deg = g["degenerate"]
-    out["collapsed_runs"] = deg.sum(min_count=1)
-    out["collapsed_share"] = deg.mean()
+    prev = g["collapsed"]
+    prev_runs, deg_runs = prev.sum(min_count=1), deg.sum(min_count=1)
+    use_prev = prev_runs.notna()
+    out["collapsed_runs"] = prev_runs.where(use_prev, deg_runs)
+    out["collapsed_share"] = prev.mean().where(use_prev, deg.mean())
     raw, scaled = out["ece_fixed_mean"], out["ece_scaled_fixed_mean"]
     helps = (scaled < raw).astype(object)
     helps[raw.isna() | scaled.isna()] = np.nan
     out["scaling_helps"] = helps
+    out["degenerate_runs"] = deg_runs
+    out["collapse_signal"] = np.where(use_prev, "prevalence", np.where(deg_runs.notna(), "prism", ""))
+    out = out.join(_quality_counts(long, g, t_bounds))
     out = out.reset_index()
     order = {t: i for i, (t, *_rest) in enumerate(TABLE_SPECS)}
     out["_t"] = out["table"].map(order)
@@ -197,6 +219,29 @@ def report_cells(tables: RunTables, *, binary_logits: str = "symmetric",
     out["_s"] = [firsts[k] for k in zip(out["table"], out["model"], out["setting"])]
     out = out.sort_values(["_t", "_s", "_f"], kind="stable").drop(columns=["_t", "_s", "_f"]).reset_index(drop=True)
     return out
+
+
+def _quality_counts(long: pd.DataFrame, g, t_bounds: tuple[float, float]) -> pd.DataFrame:
+    """Per cell: runs whose probe did not converge, whose temperature is at a search bound (low /
+    high), whose test NLL rose after scaling, and whose test split has one class (NaN: not recorded)."""
+    from prism_plugin.quality import bound_side
+
+    bounds = tuple(float(b) for b in t_bounds)
+    t = long["temperature"]
+    side = t.map(lambda v: bound_side(v, bounds)).where(t.notna())
+    hit = (side != "").astype(float).where(t.notna())
+    low = (side == "low").astype(float).where(t.notna())
+    from prism_plugin.quality import NLL_ATOL, NLL_RTOL
+
+    worse = (long["nll_scaled"] > long["nll"] + NLL_RTOL * long["nll"].abs() + NLL_ATOL).astype(float)
+    worse[long["nll"].isna() | long["nll_scaled"].isna()] = np.nan
+    flags = pd.DataFrame({"not_converged": 1.0 - long["probe_converged"], "t_bound": hit, "t_bound_low": low,
+                          "t_bound_high": hit - low, "nll_worse": worse,
+                          "single_class_test": (long["n_test_classes"] == 1).astype(float).where(
+                              long["n_test_classes"].notna())}, index=long.index)
+    flags[CELL_ID] = long[CELL_ID]
+    counts = flags.groupby(CELL_ID, sort=False).sum(min_count=1)
+    return counts.add_suffix("_runs").reindex(g.size().index)
 
 
 def fewshot_temperature(tables: RunTables, *, tolerance: float = FEWSHOT_TOLERANCE) -> pd.DataFrame:
@@ -247,7 +292,14 @@ def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None,
       raw ECE at the largest minus the smallest fraction, ``target_ece_rises`` = delta > 0;
     * few-shot: ``fewshot_ks`` tested, ``fewshot_k_needed`` = smallest K whose
       few-shot ECE is within tolerance of the oracle ECE at the largest fraction
-      (NaN: none within, or no few-shot columns), ``fewshot_fractions_not_within``.
+      (NaN: none within, or no few-shot columns), ``fewshot_fractions_not_within``;
+    * quality (cells with at least one such run; NaN when the runs do not record it):
+      ``degenerate_cells`` (PRISM's > 0.99 share), ``collapse_signal`` (``prevalence``: the
+      collapsed_* columns follow the prevalence-aware ``collapsed`` column; ``prism``: the runs only
+      carry ``degenerate``), ``single_class_test_cells``, ``not_converged_runs`` / ``_cells`` /
+      ``_fractions``, ``t_bound_cells`` / ``_fractions`` / ``_side`` (``low``, ``high``, ``low+high``:
+      the table's temperature within 0.001 of a search bound), ``nll_worse_cells`` / ``_fractions``
+      (test NLL after scaling above the raw NLL).
     """
     rows = []
     extra = [f"{m}_{end}" for m in bands if m not in VERDICT_BAND_COLUMNS for end in ("lo", "hi")]
@@ -292,6 +344,7 @@ def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None,
             "target_ece_rises": bool(hi["ece_fixed_mean"] > lo["ece_fixed_mean"]) if transfer else np.nan,
             "fewshot_ks": "", "fewshot_k_needed": np.nan, "fewshot_fractions_not_within": np.nan,
         })
+        row.update(_quality_settings(g))
         if fewshot is not None and not fewshot.empty and transfer:
             fs = fewshot.loc[(fewshot["table"] == table) & (fewshot["model"] == model) & (fewshot["setting"] == setting)]
             if not fs.empty:
@@ -306,16 +359,44 @@ def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None,
     return out
 
 
+def _count_cells(g: pd.DataFrame, column: str) -> tuple[float, str]:
+    """(cells with at least one such run, their fractions); NaN / "" when the runs do not record it."""
+    if column not in g.columns or g[column].isna().all():
+        return np.nan, ""
+    hit = g.loc[g[column].fillna(0) > 0, "fraction"]
+    return float(len(hit)), _fmt_fracs(hit)
+
+
+def _quality_settings(g: pd.DataFrame) -> dict[str, Any]:
+    """The quality columns of one setting (see :func:`report_settings`)."""
+    out: dict[str, Any] = {}
+    out["degenerate_cells"] = _count_cells(g, "degenerate_runs")[0]
+    signals = set(g["collapse_signal"]) - {""} if "collapse_signal" in g.columns else set()
+    out["collapse_signal"] = "prevalence" if "prevalence" in signals else ("prism" if signals else "")
+    out["single_class_test_cells"] = _count_cells(g, "single_class_test_runs")[0]
+    nc = g["not_converged_runs"] if "not_converged_runs" in g.columns else pd.Series(dtype=float)
+    out["not_converged_runs"] = float(nc.sum()) if nc.notna().any() else np.nan
+    out["not_converged_cells"], out["not_converged_fractions"] = _count_cells(g, "not_converged_runs")
+    out["t_bound_cells"], out["t_bound_fractions"] = _count_cells(g, "t_bound_runs")
+    sides = [side for side in ("low", "high") if f"t_bound_{side}_runs" in g.columns
+             and g[f"t_bound_{side}_runs"].fillna(0).sum() > 0]
+    out["t_bound_side"] = "+".join(sides)
+    out["nll_worse_cells"], out["nll_worse_fractions"] = _count_cells(g, "nll_worse_runs")
+    return out
+
+
 @hookimpl
 def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | None:
     """``report_cells``, ``report_settings`` and (when present) ``fewshot_temperature``.
     Options: ``binary_logits`` (``symmetric``/``natural``: the neutral binary
-    temperature 2 or 1) and ``fewshot_tolerance`` (0.02)."""
+    temperature 2 or 1), ``fewshot_tolerance`` (0.02) and ``temperature_bounds`` (the search box
+    the runs used, default [0.1, 10])."""
     options = options or {}
     convention = str(options.get("binary_logits", "symmetric"))
     tol = float(options.get("fewshot_tolerance", FEWSHOT_TOLERANCE))
     bands = band_metrics(options)
-    cells = report_cells(tables, binary_logits=convention, bands=bands)
+    bounds = options.get("temperature_bounds") or T_BOUNDS
+    cells = report_cells(tables, binary_logits=convention, bands=bands, t_bounds=(float(bounds[0]), float(bounds[1])))
     if cells.empty:
         return None
     out = SummaryOutput()

@@ -12,10 +12,18 @@ is not known have ``level = "na"`` and no evidence.
 Topics (the questions a user asks of their model):
 
 * ``glance`` — mean AUROC / scaled ECE at the largest label fraction;
-* ``collapse`` — below which label fraction the probe collapses (>99 % of
-  test predictions in one class in at least one seed);
+* ``data`` — the loader's split/data checks recorded in each results folder's ``summary.json``
+  (``flags`` with ``source = "data"``: split overlap, zero rows, ...); no evidence column;
+* ``probe`` — runs whose probe did not converge (``probe_converged`` False);
+* ``collapse`` — below which label fraction the probe collapses in at least one seed: the
+  prevalence-aware ``collapsed`` column (:mod:`prism_plugin.metrics.collapse`) where the runs have
+  it, PRISM's ``degenerate`` (> 99 % of test predictions in one class) where they do not (the
+  published tables); where the two differ, a line states PRISM's count too; a one-class test split
+  is said as such, not as a collapse;
 * ``scaling`` — cells where temperature scaling does not lower ECE (seed-mean
-  scaled ECE ≥ raw; for transfer the temperature is fitted on the source);
+  scaled ECE ≥ raw; for transfer the temperature is fitted on the source); "lowered ECE" is never
+  a plain success when the fitted temperature sits at a search bound or the test NLL rose after
+  scaling (both said, each with its own line and count);
 * ``transfer`` — transfer AUROC against the ~0.85 zone of the PRISM paper
   (Table 7: below it, more source labels worsened target ECE in 86-88 % of
   combinations; 8 % in [0.85, 0.95), 1 % above 0.95);
@@ -41,6 +49,8 @@ SOURCE = "report_settings.csv"
 VERDICT_COLUMNS = ["model", "topic", "level", "table", "setting", "text", "source", "where", "column", "agg", "value"]
 TOPICS = {
     "glance": "At a glance",
+    "data": "Data checks",
+    "probe": "Probe fit",
     "collapse": "Collapse",
     "scaling": "Temperature scaling",
     "transfer": "Transfer",
@@ -113,30 +123,135 @@ def _glance(model: str, table: str, s: pd.DataFrame) -> list[dict]:
     return out
 
 
+def _get(r, name: str, default: Any = np.nan) -> Any:
+    """A report_settings field that older tables (or hand-made ones) may lack."""
+    value = getattr(r, name, default)
+    return default if value is None else value
+
+
+def _n(value: Any) -> int:
+    """A count that may be NaN (not recorded): 0 then."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return 0
+    return 0 if math.isnan(v) else int(v)
+
+
+def _signal(s: pd.DataFrame) -> str:
+    return "prevalence" if "collapse_signal" in s.columns and (s["collapse_signal"] == "prevalence").any() else "prism"
+
+
+def _collapse_rule(signal: str) -> str:
+    if signal == "prevalence":
+        return ("prevalence-aware rule: one class predicted beyond its test share and no other test class recalled "
+                "above 5 %")
+    return "PRISM rule: > 99 % of test predictions in one class"
+
+
 def _collapse(model: str, table: str, s: pd.DataFrame) -> list[dict]:
     out = []
     label = TABLE_LABELS.get(table, table)
+    single = s.loc[s["single_class_test_cells"].fillna(0) > 0] if "single_class_test_cells" in s.columns else s.iloc[:0]
+    for r in single.itertuples(index=False):
+        n = _n(r.single_class_test_cells)
+        text = (f"{_setting_name(r.setting, table)}: the test split has one class ({n} of {int(r.n_fractions)} cells): "
+                "AUROC is undefined there and predicting that class is not a collapse; collapse is not judged.")
+        out.append(_row(model, "collapse", "warn", table, r.setting, text, _where(table, model, [r.setting]),
+                        "single_class_test_cells", "value", float(n)))
+    s = s.loc[~s["setting"].isin(single["setting"])]
+    signal = _signal(s)
+    rule = _collapse_rule(signal)
     bad = s.loc[s["collapsed_cells"] > 0]
     good = s.loc[s["collapsed_cells"] == 0]
     for r in bad.itertuples(index=False):
         where = _where(table, model, [r.setting])
         at = _frac_list(r.collapsed_fractions)
         if math.isnan(r.collapse_free_from):
-            text = (f"{_setting_name(r.setting, table)}: the probe collapses (in at least one seed) at {at}, up to "
-                    "the largest fraction: more labels alone do not fix it.")
+            text = (f"{_setting_name(r.setting, table)}: the probe collapses (in at least one seed; {rule}) at {at}, "
+                    "up to the largest fraction: more labels alone do not fix it.")
             level = "bad"
         else:
-            text = (f"{_setting_name(r.setting, table)}: the probe collapses (in at least one seed) at {at}; from "
-                    f"{pct(r.collapse_free_from)} of the labels on it does not.")
+            text = (f"{_setting_name(r.setting, table)}: the probe collapses (in at least one seed; {rule}) at {at}; "
+                    f"from {pct(r.collapse_free_from)} of the labels on it does not.")
             level = "warn"
         out.append(_row(model, "collapse", level, table, r.setting, text, where, "largest_collapsed_fraction", "value",
                         float(r.largest_collapsed_fraction)))
     if len(good):
         names = ", ".join(_setting_name(x) for x in good["setting"])
         n_frac = int(good["n_fractions"].sum())
-        text = f"{label}: no collapse on {names} ({n_frac} cells, no seed collapsed)."
+        text = f"{label}: no collapse on {names} ({n_frac} cells, no seed collapsed; {rule})."
         out.append(_row(model, "collapse", "good", table, "", text, _where(table, model, good["setting"]),
                         "collapsed_cells", "sum", int(good["collapsed_cells"].sum())))
+    if signal == "prevalence" and "degenerate_cells" in s.columns:
+        differ = s.loc[s["degenerate_cells"].notna() & (s["degenerate_cells"] != s["collapsed_cells"])]
+        for r in differ.itertuples(index=False):
+            k = _n(r.degenerate_cells)
+            text = (f"{_setting_name(r.setting, table)}: PRISM's `degenerate` flag (> 99 % of test predictions in one "
+                    f"class, whatever the test prevalence) marks {k} of {int(r.n_fractions)} cells, the "
+                    f"prevalence-aware rule {int(r.collapsed_cells)}.")
+            out.append(_row(model, "collapse", "info", table, r.setting, text, _where(table, model, [r.setting]),
+                            "degenerate_cells", "value", float(k)))
+    return out
+
+
+def _probe(model: str, table: str, s: pd.DataFrame) -> list[dict]:
+    """Non-converged probes: said per setting; one 'converged' line when every run converged."""
+    if "not_converged_runs" not in s.columns or s["not_converged_runs"].isna().all():
+        return []
+    s = s.loc[s["not_converged_runs"].notna()]
+    out = []
+    label = TABLE_LABELS.get(table, table)
+    bad = s.loc[s["not_converged_runs"] > 0]
+    for r in bad.itertuples(index=False):
+        n, runs = _n(r.not_converged_runs), int(r.n_runs)
+        text = (f"{_setting_name(r.setting, table)}: the probe did not converge (solver stopped at max_iter) in {n} of "
+                f"{runs} runs ({_frac_list(r.not_converged_fractions)}): those numbers come from an unfinished fit; "
+                "raise probe.max_iter or standardise the features.")
+        out.append(_row(model, "probe", "bad" if n * 2 >= runs else "warn", table, r.setting, text,
+                        _where(table, model, [r.setting]), "not_converged_runs", "value", float(n)))
+    good = s.loc[s["not_converged_runs"] == 0]
+    if len(good):
+        names = ", ".join(_setting_name(x) for x in good["setting"])
+        text = f"{label}: the probe converged in every run of {names} ({int(good['n_runs'].sum())} runs)."
+        out.append(_row(model, "probe", "good", table, "", text, _where(table, model, good["setting"]),
+                        "not_converged_runs", "sum", 0))
+    return out
+
+
+def _qualifier_counts(s: pd.DataFrame) -> tuple[int, int]:
+    """(cells with T at a bound, cells with a worse test NLL after scaling) over ``s``."""
+    t = int(s["t_bound_cells"].fillna(0).sum()) if "t_bound_cells" in s.columns else 0
+    n = int(s["nll_worse_cells"].fillna(0).sum()) if "nll_worse_cells" in s.columns else 0
+    return t, n
+
+
+def _bound_words(side: str, t_word: str) -> str:
+    sides = {"low": "the lower search bound", "high": "the upper search bound",
+             "low+high": "a search bound (lower and upper)"}
+    return f"{t_word} sits at {sides.get(str(side), 'a search bound')}"
+
+
+def _qualifiers(model: str, table: str, s: pd.DataFrame, transfer: bool) -> list[dict]:
+    """One line per setting with a bound-limited temperature, one per setting whose test NLL rose."""
+    out = []
+    t_word = "the source-fitted temperature" if transfer else "the fitted temperature"
+    if "t_bound_cells" in s.columns:
+        for r in s.loc[s["t_bound_cells"].fillna(0) > 0].itertuples(index=False):
+            n = _n(r.t_bound_cells)
+            text = (f"{_setting_name(r.setting, table)}: {_bound_words(_get(r, 't_bound_side', ''), t_word)} in {n} of "
+                    f"{int(r.n_fractions)} label fractions ({_frac_list(r.t_bound_fractions)}; at least one seed): the "
+                    "fit is bound-limited, so the scaled ECE is not the NLL optimum; widen temperature_bounds.")
+            out.append(_row(model, "scaling", "warn", table, r.setting, text, _where(table, model, [r.setting]),
+                            "t_bound_cells", "value", float(n)))
+    if "nll_worse_cells" in s.columns:
+        for r in s.loc[s["nll_worse_cells"].fillna(0) > 0].itertuples(index=False):
+            n = _n(r.nll_worse_cells)
+            text = (f"{_setting_name(r.setting, table)}: the test NLL got worse after scaling in {n} of "
+                    f"{int(r.n_fractions)} label fractions ({_frac_list(r.nll_worse_fractions)}; at least one seed): "
+                    f"{t_word} does not carry over to the test split there.")
+            out.append(_row(model, "scaling", "warn", table, r.setting, text, _where(table, model, [r.setting]),
+                            "nll_worse_cells", "value", float(n)))
     return out
 
 
@@ -159,10 +274,18 @@ def _scaling(model: str, table: str, s: pd.DataFrame) -> list[dict]:
         out.append(_row(model, "scaling", level, table, r.setting, text, where, "scaling_not_helping_cells", "value", n))
     if len(good):
         names = ", ".join(_setting_name(x) for x in good["setting"])
+        n_bound, n_nll = _qualifier_counts(good)
         text = (f"{label}: {t_word} lowered ECE in every cell of {names} "
-                f"({int(good['scaling_cells'].sum())} cells).")
-        out.append(_row(model, "scaling", "good", table, "", text, _where(table, model, good["setting"]),
-                        "scaling_not_helping_cells", "sum", 0))
+                f"({int(good['scaling_cells'].sum())} cells)")
+        if n_bound or n_nll:
+            why = [f"the temperature sits at a search bound in {n_bound}" if n_bound else "",
+                   f"the test NLL rose after scaling in {n_nll}" if n_nll else ""]
+            text += (f", but not as a clean success: {' and '.join(w for w in why if w)} of them (see below).")
+        else:
+            text += "."
+        out.append(_row(model, "scaling", "warn" if (n_bound or n_nll) else "good", table, "", text,
+                        _where(table, model, good["setting"]), "scaling_not_helping_cells", "sum", 0))
+    out.extend(_qualifiers(model, table, s, transfer))
     return out
 
 
@@ -259,11 +382,53 @@ def _plugin_metrics(model: str, cells: pd.DataFrame) -> list[dict]:
     return out
 
 
+def _data_lines(model: str, flags: list[Mapping[str, Any]]) -> list[dict]:
+    """The loader's split/data checks of this model's results (``summary.json`` flags, source "data")."""
+    out = []
+    seen = set()
+    for f in flags:
+        if str(f.get("model", model)) != str(model) or f.get("source") != "data":
+            continue
+        task = str(f.get("task", ""))
+        msg = " ".join(str(f.get("message", "")).split())
+        if (task, msg) in seen:
+            continue
+        seen.add((task, msg))
+        level = {"warning": "warn", "allowed": "info"}.get(str(f.get("level")), "info")
+        head = f"{task}: " if task and f"task {task}" not in msg else ""
+        tail = " (explicitly allowed by the task)" if f.get("level") == "allowed" else ""
+        out.append(_row(model, "data", level, "", "", f"{head}{msg}{tail}"))
+    return out
+
+
+def results_flags(paths) -> list[dict[str, Any]]:
+    """The ``flags`` of every ``summary.json`` under ``paths`` (results folders), each with the
+    folder's ``model`` and ``task``; unreadable or flag-less summaries add nothing."""
+    from pathlib import Path
+
+    from prism_plugin.results import summary_dirs
+
+    out: list[dict[str, Any]] = []
+    for d in summary_dirs([Path(p) for p in paths]):
+        try:
+            data = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("flags"), list):
+            continue
+        for f in data["flags"]:
+            if isinstance(f, dict):
+                out.append({**f, "model": data.get("model", ""), "task": data.get("task", "")})
+    return out
+
+
 def build_verdict(settings: pd.DataFrame | None, *, tolerance: float = FEWSHOT_TOLERANCE,
-                  metric_cells: pd.DataFrame | None = None) -> pd.DataFrame:
+                  metric_cells: pd.DataFrame | None = None,
+                  flags: list[Mapping[str, Any]] | None = None) -> pd.DataFrame:
     """The verdict table from a ``report_settings`` table (see the module docstring); with
     ``metric_cells`` (:func:`prism_plugin.report.metric_table.metric_cells`), one more line per
-    third-party metric and setting citing its best fraction."""
+    third-party metric and setting citing its best fraction; with ``flags`` (the ``summary.json``
+    flags of the results, each with ``model`` and ``task``), one line per data check."""
     rows: list[dict] = []
     if settings is None or settings.empty:
         return pd.DataFrame(columns=VERDICT_COLUMNS)
@@ -274,6 +439,11 @@ def build_verdict(settings: pd.DataFrame | None, *, tolerance: float = FEWSHOT_T
         for table in tables:
             if table != "indomain_propval" or "indomain" not in tables:
                 rows.extend(_glance(model, table, ms.loc[ms["table"] == table]))
+        rows.extend(_data_lines(model, list(flags or [])))
+        for table in tables:
+            if table == "indomain_propval" and "indomain" in tables:
+                continue  # same probes as the in-distribution grid
+            rows.extend(_probe(model, table, ms.loc[ms["table"] == table]))
         for table in tables:
             if table == "indomain_propval" and "indomain" in tables:
                 continue  # same probes as the in-distribution grid; only its temperature differs
@@ -295,8 +465,16 @@ def build_verdict(settings: pd.DataFrame | None, *, tolerance: float = FEWSHOT_T
                 n_tot = int(sub["scaling_cells"].sum())
                 text = (f"{TABLE_LABELS[table]}: the source-fitted temperature made target ECE worse or no better "
                         f"in {n_bad} of {n_tot} cells (seed-mean scaled ECE ≥ raw).")
-                rows.append(_row(model, "scaling", "warn" if n_bad else "good", table, "", text,
+                n_bound, n_nll = _qualifier_counts(sub)
+                rows.append(_row(model, "scaling", "warn" if (n_bad or n_bound or n_nll) else "good", table, "", text,
                                  _where(table, model, sub["setting"]), "scaling_not_helping_cells", "sum", n_bad))
+                for column, n, what in (("t_bound_cells", n_bound, "the source-fitted temperature sits at a search "
+                                         "bound (bound-limited fit)"),
+                                        ("nll_worse_cells", n_nll, "the target NLL got worse after scaling")):
+                    if n:
+                        rows.append(_row(model, "scaling", "warn", table, "",
+                                         f"{TABLE_LABELS[table]}: {what} in {n} of {n_tot} cells.",
+                                         _where(table, model, sub["setting"]), column, "sum", n))
             else:
                 rows.extend(_scaling(model, table, sub))
         has_transfer = any(t in TRANSFER for t in tables)
@@ -364,4 +542,4 @@ def check_verdict(verdict: pd.DataFrame, tables: Mapping[str, pd.DataFrame], ato
     return problems
 
 
-__all__ = ["TOPICS", "VERDICT_COLUMNS", "build_verdict", "check_verdict", "evidence_value", "pct", "setting_label"]
+__all__ = ["TOPICS", "results_flags", "VERDICT_COLUMNS", "build_verdict", "check_verdict", "evidence_value", "pct", "setting_label"]

@@ -27,13 +27,13 @@ finds those of finished results directories in the cache without extracting.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from prism_plugin.results import read_summary
 from prism_plugin.errors import PrismError
 
 DEFAULT_K = 50
@@ -190,10 +190,8 @@ def cached_test_embeddings(result_dirs: Iterable[Path], cache_dir: Path | None =
     notes: list[str] = []
     seen: set[tuple[str, str, str]] = set()
     for d in result_dirs:
-        p = Path(d) / "summary.json"
-        try:
-            summ = json.loads(p.read_text())
-        except (OSError, ValueError):
+        summ = read_summary(d)  # {} when absent, unreadable or stale (then one warning)
+        if not summ:
             continue
         resolved = summ.get("resolved_task") or {}
         if resolved.get("kind", "indomain") != "indomain":

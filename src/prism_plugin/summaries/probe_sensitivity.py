@@ -29,7 +29,6 @@ twice (e.g. a plain run and the C = 1 variant of a sweep) counts once.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -37,6 +36,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from prism_plugin.results import read_summary
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.tables import RunTables, SummaryOutput
 
@@ -84,12 +84,10 @@ def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
         df = df.copy()  # consolidate the wide table (one block per dtype) before adding columns
         df["results_dir"] = str(f.parent)
         probe: Mapping[str, Any] = {}
-        summary = f.parent / "summary.json"
-        if summary.exists():
-            try:
-                probe = json.loads(summary.read_text()).get("resolved_task", {}).get("probe") or {}
-            except (OSError, ValueError, AttributeError):
-                probe = {}
+        try:
+            probe = read_summary(f.parent).get("resolved_task", {}).get("probe") or {}
+        except AttributeError:
+            probe = {}
         if "probe_C" not in df.columns:
             df["probe_C"] = np.nan
         if probe.get("kind", "logistic") == "logistic" and "C" in probe:

@@ -19,6 +19,8 @@ this module yet; it would expand in :meth:`TaskIndex.expand` next to groups.
 from __future__ import annotations
 
 import copy
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -26,7 +28,8 @@ from typing import Any, Iterable
 import yaml
 
 from prism_plugin.errors import PrismError, UnknownNameError, suggest
-from prism_plugin.tasks.loader import Located, deep_merge, parse_yaml, resolve_includes
+from prism_plugin.tasks.loader import Located, deep_merge, parse_yaml, read_task_text, resolve_includes
+from prism_plugin.paths import name_problem, safe_component, short_repr
 from prism_plugin.tasks.schema import TaskConfig, build_task
 
 #: Keys a group passes down to its members (unless a member sets them in its own file).
@@ -218,9 +221,11 @@ def _inherit(located: Located, inherited: dict[str, tuple[Any, Path, int]]) -> L
 
 
 def _head(file: Path) -> Any:
+    """The file's top-level mapping for the index (None when it is no readable task file: a folder,
+    a fifo, a binary or huge file, broken YAML; `validate` reports why)."""
     try:
-        return yaml.safe_load(file.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return yaml.safe_load(read_task_text(file))
+    except (PrismError, yaml.YAMLError, OSError, ValueError, RecursionError):
         return None
 
 
@@ -231,8 +236,8 @@ def _is_group_head(head: Any) -> bool:
 def _item_lines(file: Path, key: str) -> list[int]:
     """1-based line of every item of the top-level sequence ``key`` (empty if it cannot be found)."""
     try:
-        node = yaml.compose(file.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
-    except (yaml.YAMLError, OSError, UnicodeDecodeError):
+        node = yaml.compose(read_task_text(file), Loader=yaml.SafeLoader)
+    except (PrismError, yaml.YAMLError, OSError, ValueError, RecursionError):
         return []
     if not isinstance(node, yaml.MappingNode):
         return []
@@ -242,8 +247,14 @@ def _item_lines(file: Path, key: str) -> list[int]:
     return []
 
 
+def _line_number(problem: str) -> int:
+    """The line a ``file:line: ...`` problem names (0 for one without a line: a missing key, --set)."""
+    m = re.match(r"[^\n]*?:(\d+): ", problem)
+    return int(m.group(1)) if m else 0
+
+
 def _problem_lines(exc: PrismError) -> list[str]:
-    return [line for line in str(exc).splitlines() if line.strip()]
+    return [line for line in str(exc).split("\n") if line.strip()]
 
 
 class TaskIndex:
@@ -253,30 +264,51 @@ class TaskIndex:
         self.host = host
         self._entries: dict[str, TaskEntry] | None = None
         self._groups: dict[str, TaskEntry] = {}
+        self._shadowed: dict[str, list[TaskEntry]] = {}
+        self._warned: set[tuple] = set()
 
     # ------------------------------------------------------------------ discovery
     def _scan(self) -> None:
         tasks: dict[str, TaskEntry] = {}
         groups: dict[str, TaskEntry] = {}
+        shadowed: dict[str, list[TaskEntry]] = {}
+
+        def add(table: dict[str, TaskEntry], entry: TaskEntry) -> None:
+            first = table.setdefault(entry.name, entry)
+            if first is not entry:  # the earlier search path (or file, in sorted order) wins
+                shadowed.setdefault(f"{entry.kind}:{entry.name}", []).append(entry)
+
         for root in self.search_paths:
             if not root.is_dir():
                 continue
             files = sorted(set(root.rglob("*.yaml")) | set(root.rglob("*.yml")))
             for file in files:
-                if file.name.startswith("_"):
+                if file.name.startswith("_") or not file.is_file():  # fragments; a folder named x.yaml
                     continue
                 head = _head(file)
                 desc = str(head.get("description", "") or "") if isinstance(head, dict) else ""
                 if _is_group_head(head) and isinstance(head.get("group"), str):
                     members = head.get("tasks")
                     members = tuple(m for m in members if isinstance(m, str)) if isinstance(members, list) else ()
-                    groups.setdefault(head["group"], TaskEntry(head["group"], file, root, desc, "group", members))
+                    add(groups, TaskEntry(head["group"], file, root, desc, "group", members))
                     continue
                 name = head.get("task") if isinstance(head, dict) else None
                 if not isinstance(name, str):
                     name = file.stem  # broken file: listed by stem so `validate` can report it
-                tasks.setdefault(name, TaskEntry(name, file, root, desc))
-        self._entries, self._groups = tasks, groups
+                add(tasks, TaskEntry(name, file, root, desc))
+        self._entries, self._groups, self._shadowed = tasks, groups, shadowed
+
+    def _warn_shadow(self, kind: str, name: str) -> None:
+        """One warning per name used, when another file defines the same task/group name further down
+        the search order (a user task that hides a built-in one, or two files with one name)."""
+        hidden = self._shadowed.get(f"{kind}:{name}")
+        if not hidden or (kind, name) in self._warned:
+            return
+        self._warned.add((kind, name))
+        used = (self._entries if kind == "task" else self._groups)[name]
+        others = ", ".join(str(e.file) for e in hidden)
+        warnings.warn(f"{kind} {name!r}: {used.file} is used; it shadows the {kind} of the same name in {others} "
+                      f"(earlier --include-path folders win; rename one {kind} to keep both)", stacklevel=3)
 
     def entries(self) -> dict[str, TaskEntry]:
         """Tasks (not groups) by name."""
@@ -289,10 +321,11 @@ class TaskIndex:
             self._scan()
         return self._groups
 
-    def kind_of(self, name_or_file: str) -> str:
-        """``"task"`` or ``"group"``; an unknown name is an error with suggestions."""
+    def kind_of(self, name_or_file: str, files: bool = True) -> str:
+        """``"task"`` or ``"group"``; an unknown name is an error with suggestions. With ``files=False``
+        (a group's members, a transfer task's source and target) only index names count, never file paths."""
         p = Path(name_or_file)
-        if p.suffix in (".yaml", ".yml") and p.is_file():
+        if files and p.suffix in (".yaml", ".yml") and p.is_file():
             return "group" if _is_group_head(_head(p)) else "task"
         tasks, groups = self.entries(), self.groups()
         if name_or_file in tasks and name_or_file in groups:
@@ -312,9 +345,9 @@ class TaskIndex:
         except UnknownNameError:
             return False
 
-    def resolve_file(self, name_or_file: str) -> Path:
+    def resolve_file(self, name_or_file: str, files: bool = True) -> Path:
         p = Path(name_or_file)
-        if p.suffix in (".yaml", ".yml") and p.is_file():
+        if files and p.suffix in (".yaml", ".yml") and p.is_file():
             return p
         entries = self.entries()
         if name_or_file not in entries:
@@ -323,6 +356,7 @@ class TaskIndex:
                                  "name one task here")
             raise UnknownNameError("task", name_or_file, entries,
                                    hint="see `prism-run ls tasks`, or add a folder with --include-path")
+        self._warn_shadow("task", name_or_file)
         return entries[name_or_file].file
 
     # ------------------------------------------------------------------ tasks
@@ -333,8 +367,8 @@ class TaskIndex:
         return self.load_task(name_or_file, overrides)
 
     def load_task(self, name_or_file: str, overrides: Iterable[str] = (),
-                  inherited: dict[str, tuple[Any, Path, int]] | None = None) -> TaskConfig:
-        file = self.resolve_file(name_or_file)
+                  inherited: dict[str, tuple[Any, Path, int]] | None = None, files: bool = True) -> TaskConfig:
+        file = self.resolve_file(name_or_file, files)
         if file.name.startswith("_"):
             raise PrismError(f"{file}: an include-only fragment (its name starts with '_'), not a task; it is "
                              "checked through the tasks that include it")
@@ -348,52 +382,104 @@ class TaskIndex:
         located = apply_overrides(located, overrides)
         located = _reset_replaced_source(located, self.host)
         task = self._build(located, self.host)
+        self._warn_file_shadow("task", task.name, file)
         if task.is_transfer:
-            self._resolve_transfer(task, forwarded)
+            self._resolve_transfer(task, forwarded, located)
         return task
+
+    def _warn_file_shadow(self, kind: str, name: str, file: Path) -> None:
+        """A task (group) file given by path whose name is also an indexed task (group) in another file."""
+        table = self.entries() if kind == "task" else self.groups()
+        entry = table.get(name)
+        if entry is None or (kind, name, "file") in self._warned:
+            return
+        try:
+            same = entry.file.resolve() == Path(file).resolve()
+        except OSError:
+            same = False
+        if not same:
+            self._warned.add((kind, name, "file"))
+            warnings.warn(f"{kind} {name!r} of {file} has the name of the {kind} in {entry.file}; its results "
+                          f"carry the same name (rename it in its '{kind}:' key to keep them apart)", stacklevel=3)
 
     @staticmethod
     def _build(located: Located, host=None) -> TaskConfig:
-        """build_task, collecting every independent problem (each with file, line and key)."""
+        """build_task, collecting every independent problem (each with file, line and key), each once.
+
+        build_task already reports every key that fails on its own; a validator that stops at
+        its first problem inside one key (a source's options, a plugin key) is looked past by
+        removing the failed key and validating again. A problem of a later round about a removed
+        key (or a key above or below it, e.g. "missing required key") is a consequence, not reported.
+        """
         data = copy.deepcopy(located.data)
         first: PrismError | None = None
-        problems: list[str] = []
+        lines: list[str] = []
         removed: list[str] = []
         task = None
-        for _ in range(MAX_PROBLEMS):
+        for round_ in range(MAX_PROBLEMS):
             try:
                 task = build_task(Located(data, located.file, located.lines, located.files), host)
                 break
             except PrismError as exc:
-                key = getattr(exc, "key", None)
-                if first is not None and (key is None or any(_is_parent(key, r) for r in removed)):
-                    break  # a consequence of a key removed to look past an earlier problem
                 first = first or exc
-                problems.append(str(exc))
-                if key is None or not _delete_path(data, key):
+                keys: list[str] = []
+                for err in getattr(exc, "errors", None) or [exc]:
+                    key = getattr(err, "key", None)
+                    if round_ and (key is None or any(_is_parent(key, r) or _is_parent(r, key) for r in removed)):
+                        continue  # a consequence of a key removed to look past an earlier problem
+                    lines.extend(line for line in str(err).split("\n") if line.strip() and line not in lines)
+                    if key:
+                        keys.append(key)
+                deleted = [k for k in dict.fromkeys(keys) if _delete_path(data, k)]
+                if not deleted:
                     break
-                removed.append(key)
-        if first is not None:
-            if len(problems) == 1:
-                raise first
-            raise PrismError("\n".join(problems))
-        return task
+                removed.extend(deleted)
+        if first is None:
+            return task
+        if len(lines) <= 1:
+            raise first
+        raise PrismError("\n".join(sorted(lines, key=_line_number)))  # in file order (stable)
 
-    def _resolve_transfer(self, task: TaskConfig, forwarded: Iterable[str] = ()) -> None:
-        """Attach the source and target task configs and default the pair names."""
+    def _resolve_transfer(self, task: TaskConfig, forwarded: Iterable[str] = (), located: Located | None = None) -> None:
+        """Attach the source and target task configs, default the pair names and check the link.
+
+        ``src``/``tgt`` are what OOD stability and the CRI match against the in-distribution
+        runs (the source's ``dataset``, or for Camelyon17 its ``hospital`` column): a ``src``
+        that names neither the source task's dataset nor one of its identity ``columns``
+        values would silently drop the pair from both, so it is an error naming both tasks and
+        files. A pair meant to stand outside OOD stability (a label-definition variant such as
+        BRACS-DCIS+IC->CRC) says so with ``ood_stability: false``.
+        """
+        where = located.where if located is not None else (lambda key: task.file)
         for role in ("source", "target"):
             name = getattr(task, f"{role}_task")
             try:
-                member = self.load_task(name, forwarded)
+                member = self.load_task(name, forwarded, files=False)
             except UnknownNameError as exc:
-                raise PrismError(f"{task.file}: {role}_task: {exc}") from None
+                raise PrismError(f"{where(role + '_task')}: {role}_task: {exc}") from None
             if member.is_transfer:
-                raise PrismError(f"{task.file}: {role}_task {member.name!r} is itself a transfer task; "
+                raise PrismError(f"{where(role + '_task')}: {role}_task {member.name!r} is itself a transfer task; "
                                  "name an in-distribution task")
             setattr(task, f"{role}_config", member)
         src_cfg, tgt_cfg = task.source_config, task.target_config
         if task.target_split not in tgt_cfg.splits:
-            raise PrismError(f"{task.file}: target task {tgt_cfg.name} has no {task.target_split!r} split")
+            raise PrismError(f"{where('target_split')}: target task {tgt_cfg.name} has no {task.target_split!r} split")
+        linked = not (located is not None and located.data.get("ood_stability") is False)
+        if linked:
+            problems = []
+            for key, value, cfg in (("src", task.src, src_cfg), ("tgt", task.tgt, tgt_cfg)):
+                accepted = [cfg.dataset] + [str(v) for v in cfg.columns.values()]
+                if value and value not in accepted:
+                    role = "source" if key == "src" else "target"
+                    cols = "".join(f", {c}: {v}" for c, v in cfg.columns.items())
+                    problems.append(
+                        f"{where(key)}: {key}: {short_repr(value)} is not the dataset of the {role} task "
+                        f"{cfg.name} ({cfg.file}: dataset {cfg.dataset!r}{cols}); OOD "
+                        f"stability and CRI match {key} against it and would silently leave this pair out. "
+                        f"Write {key}: {cfg.dataset} (or drop {key}), or set ood_stability: false for a pair "
+                        "outside OOD stability")
+            if problems:
+                raise PrismError("\n".join(problems))
         task.src = task.src or src_cfg.dataset
         task.tgt = task.tgt or tgt_cfg.dataset
         task.pair = task.pair or f"{task.src}->{task.tgt}"
@@ -401,10 +487,11 @@ class TaskIndex:
             task.dataset = task.pair
 
     # ------------------------------------------------------------------ groups
-    def _group_file(self, name_or_file: str) -> Path:
+    def _group_file(self, name_or_file: str, files: bool = True) -> Path:
         p = Path(name_or_file)
-        if p.suffix in (".yaml", ".yml") and p.is_file():
+        if files and p.suffix in (".yaml", ".yml") and p.is_file():
             return p
+        self._warn_shadow("group", name_or_file)
         return self.groups()[name_or_file].file
 
     def load_group(self, name_or_file: str, overrides: Iterable[str] = ()) -> GroupConfig:
@@ -451,8 +538,9 @@ class TaskIndex:
         return out
 
     def _expand(self, name_or_file: str, overrides: list[str], inherited: dict, stack: tuple[str, ...],
-                out: list[tuple[TaskConfig, str]], problems: list[str]) -> tuple[str, Path, str, tuple[str, ...]]:
-        file = self._group_file(name_or_file)
+                out: list[tuple[TaskConfig, str]], problems: list[str],
+                files: bool = True) -> tuple[str, Path, str, tuple[str, ...]]:
+        file = self._group_file(name_or_file, files)
         try:
             located = resolve_includes(parse_yaml(file), self.search_paths)
         except PrismError as exc:
@@ -460,9 +548,12 @@ class TaskIndex:
             return str(name_or_file), file, "", ()
         d = located.data
         name = d.get("group")
-        if not isinstance(name, str) or not name.strip():
-            problems.append(f"{located.where('group')}: group: must be a non-empty name, got {name!r}")
-            name = str(name_or_file)
+        problem = name_problem(name, "group name")
+        if problem:  # a group name becomes the folder of its runs.csv: never a path
+            problems.append(f"{located.where('group')}: group: {problem}")
+            name = safe_component(name if isinstance(name, str) else name_or_file)
+        else:
+            self._warn_file_shadow("group", name, file)
         for key in d:
             if key == "task":
                 problems.append(f"{located.where('task')}: task: a file is either a task (task:) or a group "
@@ -490,10 +581,10 @@ class TaskIndex:
             line = item_lines[i] if i < len(item_lines) else located.lines.get("tasks", 0)
             where = f"{file}:{line}" if line else str(file)
             if not isinstance(member, str) or not member:
-                problems.append(f"{where}: tasks[{i}]: must be a task or group name, got {member!r}")
+                problems.append(f"{where}: tasks[{i}]: must be a task or group name, got {short_repr(member)}")
                 continue
             try:
-                kind = self.kind_of(member)
+                kind = self.kind_of(member, files=False)
             except PrismError as exc:
                 problems.append(f"{where}: tasks[{i}]: {exc}")
                 continue
@@ -502,10 +593,10 @@ class TaskIndex:
                 if sub in here:
                     problems.append(f"{where}: tasks[{i}]: group cycle {' -> '.join(here + (sub,))}")
                     continue
-                self._expand(member, overrides, merged, here, out, problems)
+                self._expand(member, overrides, merged, here, out, problems, files=False)
                 continue
             try:
-                out.append((self.load_task(member, overrides, merged), where))
+                out.append((self.load_task(member, overrides, merged, files=False), where))
             except PrismError as exc:
                 problems.extend(_problem_lines(exc))
         desc = str(d.get("description", "") or "")

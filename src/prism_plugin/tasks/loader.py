@@ -16,6 +16,10 @@ import yaml
 from prism_plugin.errors import PrismError
 
 MAX_INCLUDE_DEPTH = 32
+#: A task file (or an include) is a few kB; anything larger is not a task file.
+MAX_FILE_BYTES = 1024 * 1024
+#: The file name endings an include may name (``include: _base`` means ``_base.yaml``).
+TASK_SUFFIXES = (".yaml", ".yml")
 #: A task file is a few dozen values: bound what aliases may expand to, and nesting.
 MAX_NODES = 100_000
 MAX_NESTING = 64
@@ -86,20 +90,47 @@ def _construct_collection(node: yaml.Node, path: str, lines: dict[str, int], fil
     return [_construct(v, f"{path}[{i}]", lines, file, state) for i, v in enumerate(node.value)]
 
 
+def read_task_text(file: Path, what: str = "task file") -> str:
+    """The text of a task file: a regular file of at most :data:`MAX_FILE_BYTES` UTF-8 text.
+
+    Errors name the file and the rule, never its content (it may not be a task file at all).
+    """
+    try:
+        if file.is_dir():
+            raise PrismError(f"{file}: is a folder, not a {what} (name a .yaml file)")
+        if not file.is_file():
+            if file.exists():
+                raise PrismError(f"{file}: is not a regular file; a {what} is a .yaml text file")
+            raise PrismError(f"{file}: no such {what}")
+        size = file.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise PrismError(f"{file}: {size:,} bytes; a {what} is a few kB of YAML (at most "
+                             f"{MAX_FILE_BYTES // 1024} KiB)")
+        with open(file, "rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except PermissionError:
+        raise PrismError(f"{file}: cannot be read (permission denied)") from None
+    except OSError as exc:
+        raise PrismError(f"{file}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if b"\0" in raw:
+        raise PrismError(f"{file}: is a binary file, not a {what} (YAML text)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PrismError(f"{file}: is not UTF-8 text (byte {exc.start}); a {what} is UTF-8 YAML") from None
+
+
 def parse_yaml(file: Path) -> Located:
     """Parse one YAML file safely, recording key lines."""
     file = Path(file)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PrismError(f"{file}: cannot be read ({exc})") from None
+    text = read_task_text(file)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         loc = f"{file}:{mark.line + 1}" if mark else str(file)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise PrismError(f"{loc}: YAML syntax error: {problem}") from None
+        problem = getattr(exc, "problem", None) or type(exc).__name__  # never the quoted lines of the file
+        raise PrismError(f"{loc}: YAML syntax error: {_clip(problem)}") from None
     except (ValueError, RecursionError) as exc:
         raise PrismError(f"{file}: YAML cannot be parsed ({type(exc).__name__})") from None
     if node is None:
@@ -109,7 +140,7 @@ def parse_yaml(file: Path) -> Located:
     try:
         data = _construct(node, "", lines, file)
     except yaml.YAMLError as exc:
-        raise PrismError(f"{file}: YAML value cannot be parsed ({str(exc).splitlines()[0]})") from None
+        raise PrismError(f"{file}: YAML value cannot be parsed ({_clip(str(exc).splitlines()[0])})") from None
     if not isinstance(data, dict):
         raise PrismError(f"{file}: a task file must be a mapping of keys, got a {type(data).__name__}")
     return Located(data=data, file=file, lines=lines, files={k: file for k in lines})
@@ -126,7 +157,7 @@ def _reject_tags(node: yaml.Node, file: Path) -> None:
         seen.add(id(n))
         tag = n.tag or ""
         if tag not in SAFE_TAGS:
-            raise PrismError(f"{file}:{n.start_mark.line + 1}: YAML tag {tag!r} is not allowed in task files "
+            raise PrismError(f"{file}:{n.start_mark.line + 1}: YAML tag {_clip(repr(tag))} is not allowed in task files "
                              "(only plain mappings, lists, strings, numbers and booleans; nothing is executed)")
         if isinstance(n, yaml.MappingNode):
             for k, v in n.value:
@@ -146,21 +177,31 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def resolve_includes(located: Located, search_paths: list[Path], _stack: tuple[Path, ...] = ()) -> Located:
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def resolve_includes(located: Located, search_paths: list[Path], _stack: tuple[Path, ...] = (),
+                     _roots: tuple[Path, ...] | None = None) -> Located:
     """Apply ``include:`` (a file or list of files; local keys win), recursively, cycle-checked.
 
-    Relative include names resolve next to the including file, then in the task
-    search paths; an include must stay inside those folders unless it is an
-    absolute path the user wrote themselves.
+    Confinement: an include names a ``.yaml``/``.yml`` file (``_base`` means ``_base.yaml``) that,
+    after following symlinks, lies inside the folder of the task file being loaded (and below)
+    or inside a task search path, whether written relative or absolute. Relative names resolve
+    next to the including file, then in the search paths. Anything else (``/etc/passwd``,
+    ``../../x.yaml``, a symlink out of the tree, a folder, a binary or huge file) is refused in
+    one line naming the including file and line; the content of a refused file is never read.
     """
     data = dict(located.data)
     inc = data.pop("include", None)
     if inc is None:
         return Located(data, located.file, dict(located.lines), dict(located.files))
     names = [inc] if isinstance(inc, str) else inc
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n.strip() for n in names):
         raise PrismError(f"{located.where('include')}: include must be a file name or a list of file names")
     here = located.file.resolve()
+    if _roots is None:
+        _roots = tuple(dict.fromkeys([here.parent] + [Path(p).resolve() for p in search_paths]))
     stack = _stack + (here,)
     if len(stack) > MAX_INCLUDE_DEPTH:
         raise PrismError(f"{located.where('include')}: includes nest deeper than {MAX_INCLUDE_DEPTH}")
@@ -168,11 +209,11 @@ def resolve_includes(located: Located, search_paths: list[Path], _stack: tuple[P
     lines: dict[str, int] = {}
     files: dict[str, Path] = {}
     for name in names:
-        target = _find_include(name, located, search_paths)
-        if target.resolve() in stack:
-            chain = " -> ".join(p.name for p in stack + (target.resolve(),))
+        target = _find_include(name, located, search_paths, _roots)
+        if target in stack:
+            chain = " -> ".join(p.name for p in stack + (target,))
             raise PrismError(f"{located.where('include')}: include cycle {chain}")
-        sub = resolve_includes(parse_yaml(target), search_paths, stack)
+        sub = resolve_includes(parse_yaml(target), search_paths, stack, _roots)
         merged = deep_merge(merged, sub.data)
         lines.update(sub.lines)
         files.update(sub.files)
@@ -182,21 +223,39 @@ def resolve_includes(located: Located, search_paths: list[Path], _stack: tuple[P
     return Located(merged, located.file, lines, files)
 
 
-def _find_include(name: str, located: Located, search_paths: list[Path]) -> Path:
-    p = Path(name)
-    if p.is_absolute():
-        if not p.is_file():
-            raise PrismError(f"{located.where('include')}: included file {name} does not exist")
-        return p
-    roots = [located.file.parent] + [Path(s) for s in search_paths]
-    allowed = [r.resolve() for r in roots]
-    for root in roots:
-        cand = (root / p).resolve()
-        if not any(cand == a or a in cand.parents for a in allowed):
-            raise PrismError(f"{located.where('include')}: include {name!r} points outside the task folders")
-        if cand.is_file():
-            return cand
-        if cand.with_suffix(".yaml").is_file():
-            return cand.with_suffix(".yaml")
-    raise PrismError(f"{located.where('include')}: included file {name!r} not found next to {located.file.name} "
+def _inside(path: Path, roots: tuple[Path, ...]) -> bool:
+    return any(path == r or r in path.parents for r in roots)
+
+
+def _find_include(name: str, located: Located, search_paths: list[Path], roots: tuple[Path, ...]) -> Path:
+    """The resolved (symlink-free) file an include names, confined to ``roots``."""
+    where = located.where("include")
+    rule = ("an include must be a .yaml file inside the task's folder or a task search path "
+            "(--include-path)")
+    if any(not ch.isprintable() for ch in name):
+        raise PrismError(f"{where}: include {_clip(repr(name), 60)}: contains a control character; {rule}")
+    p = Path(name).expanduser() if name.startswith("~") else Path(name)
+    if p.suffix.lower() not in TASK_SUFFIXES:
+        if p.suffix:  # x.txt, /etc/shadow.bak: not a task file; plain `_base` means `_base.yaml`
+            raise PrismError(f"{where}: include {_clip(repr(name), 60)} is not a task file; {rule}")
+        p = p.with_name(p.name + ".yaml")
+    bases = [None] if p.is_absolute() else [located.file.parent] + [Path(s) for s in search_paths]
+    for base in bases:
+        cand = p if base is None else base / p
+        try:
+            real = cand.resolve()
+        except (OSError, RuntimeError):  # a symlink loop
+            raise PrismError(f"{where}: include {_clip(repr(name), 60)} cannot be resolved (a symlink loop?)") from None
+        if not _inside(real, roots):
+            raise PrismError(f"{where}: include {_clip(repr(name), 60)} points outside the task folders; {rule}")
+        if real.is_dir():
+            raise PrismError(f"{where}: include {_clip(repr(name), 60)} is a folder; {rule}")
+        if real.exists():
+            try:
+                read_task_text(real)  # a fifo, binary or huge file: refused here, naming the including line
+            except PrismError as exc:
+                detail = str(exc).removeprefix(f"{real}: ")
+                raise PrismError(f"{where}: include {_clip(repr(name), 60)}: {detail}") from None
+            return real
+    raise PrismError(f"{where}: included file {_clip(repr(name), 60)} not found next to {located.file.name} "
                      "or in the task search paths")

@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from prism_plugin.data.catalogue import check_source_spec
 from prism_plugin.data.splits import check_split_spec
 from prism_plugin.errors import PrismError, suggest
+from prism_plugin.paths import name_problem, relative_key_problem, short_repr
 from prism_plugin.registrars import TASK_KINDS
 from prism_plugin.protocol.grid import DEFAULT_FRACTIONS, DEFAULT_SEEDS
 from prism_plugin.tasks.loader import Located
@@ -26,11 +27,13 @@ MAX_SEED = 2**32 - 1
 CORE_KEYS = {
     "task", "description", "kind", "dataset", "embeddings_key", "n_classes", "class_names", "source",
     "splits", "label_fractions", "seeds", "probe", "ece_bins", "binary_logits", "temperature_bounds",
-    "proportional_val", "tags", "columns", "reference_table", "split",
+    "proportional_val", "tags", "columns", "reference_table", "split", "ood_stability",
     # transfer tasks
     "source_task", "target_task", "source_labels", "target_labels", "src", "tgt", "pair", "target_split",
+    "ood_stability",
 }
-TRANSFER_ONLY = {"source_task", "target_task", "source_labels", "target_labels", "src", "tgt", "pair", "target_split"}
+TRANSFER_ONLY = {"source_task", "target_task", "source_labels", "target_labels", "src", "tgt", "pair", "target_split",
+                 "ood_stability"}
 PROBE_KEYS = {"kind", "C", "max_iter", "tol", "backend"}
 SPLIT_KEYS = {"name", "size", "class_counts"}
 
@@ -108,15 +111,50 @@ class TaskConfig:
 
 
 class _Checker:
-    def __init__(self, located: Located, host):
+    """Builds file:line errors and, while ``collecting``, gathers every independent problem.
+
+    :meth:`attempt` runs one check: in collecting mode a problem is recorded and the
+    check's fallback returned, so the next key is still checked (``prism-run validate``
+    lists every problem once); otherwise the problem is raised (the ``settings``
+    callback of a task key, a plugin validator).
+    """
+
+    def __init__(self, located: Located, host, collecting: bool = False):
         self.loc = located
         #: the plugin host whose registries (task keys, sources, table kinds) validate the task
         self.host = host
+        self.collecting = collecting
+        self.problems: list[PrismError] = []
 
     def fail(self, key: str, message: str) -> PrismError:
         exc = PrismError(f"{self.loc.where(key)}: {key}: {message}")
         exc.key = key  # which key path the problem is about (`validate` reports every problem)
         return exc
+
+    def add(self, exc: PrismError) -> None:
+        if self.collecting:
+            self.problems.append(exc)
+        else:
+            raise exc
+
+    def attempt(self, check: Callable[[], Any], fallback: Any = None) -> Any:
+        if not self.collecting:
+            return check()
+        try:
+            return check()
+        except PrismError as exc:
+            self.problems.append(exc)
+            return fallback
+
+    def raise_problems(self) -> None:
+        if not self.problems:
+            return
+        lines = list(dict.fromkeys(line for e in self.problems for line in str(e).split("\n") if line.strip()))
+        if len(self.problems) == 1:
+            raise self.problems[0]
+        exc = PrismError("\n".join(lines))
+        exc.errors = list(self.problems)  # each with its .key (the task index looks past them)
+        raise exc
 
     def unknown(self, mapping: dict, allowed: set[str], prefix: str = "") -> None:
         for key in mapping:
@@ -127,23 +165,30 @@ class _Checker:
                     f"(allowed: {', '.join(sorted(allowed))})"
                 )
                 exc.key = full
-                raise exc
+                self.add(exc)
 
     def string(self, value: Any, key: str) -> str:
         if not isinstance(value, str) or not value.strip():
-            raise self.fail(key, f"must be a non-empty string, got {value!r}")
+            raise self.fail(key, f"must be a non-empty string, got {short_repr(value)}")
+        return value
+
+    def name(self, value: Any, key: str, what: str = "task name") -> str:
+        """A name that becomes a folder name: plain text, never a path (see prism_plugin.paths.name_problem)."""
+        problem = name_problem(value, what)
+        if problem:
+            raise self.fail(key, problem)
         return value
 
     def integer(self, value: Any, key: str, lo: int, hi: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f"must be an integer, got {value!r}")
+            raise self.fail(key, f"must be an integer, got {short_repr(value)}")
         if not lo <= value <= hi:
             raise self.fail(key, f"must be between {lo} and {hi}, got {value}")
         return value
 
     def number(self, value: Any, key: str, lo: float, hi: float, lo_open: bool = False) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise self.fail(key, f"must be a finite number, got {value!r}")
+            raise self.fail(key, f"must be a finite number, got {short_repr(value)}")
         if value < lo or value > hi or (lo_open and value == lo):
             interval = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
             raise self.fail(key, f"must be in {interval}, got {value}")
@@ -151,12 +196,12 @@ class _Checker:
 
     def boolean(self, value: Any, key: str) -> bool:
         if not isinstance(value, bool):
-            raise self.fail(key, f"must be true or false, got {value!r}")
+            raise self.fail(key, f"must be true or false, got {short_repr(value)}")
         return value
 
     def str_list(self, value: Any, key: str) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise self.fail(key, f"must be a list of non-empty strings, got {value!r}")
+            raise self.fail(key, f"must be a list of non-empty strings, got {short_repr(value)}")
         return tuple(value)
 
 
@@ -166,122 +211,180 @@ ATTRIBUTE_KEYS = ("adaptation", "priors", "sweep")
 
 def build_task(located: Located, host=None) -> TaskConfig:
     """Validate a resolved YAML mapping (includes applied) into a TaskConfig (``host``: whose registries
-    validate it; default the shared plugin host)."""
+    validate it; default the shared plugin host).
+
+    Every independent problem is collected: one raises as itself (with ``.key``), several as one
+    PrismError with one line per problem (in file order of the checks, each once).
+    """
     from prism_plugin.plugins import host_or_shared
 
-    host = host_or_shared(host)
+    c = _Checker(located, host_or_shared(host), collecting=True)
+    try:
+        task = _build(located, c)
+    except PrismError as exc:  # a problem the rest of the checks depend on (e.g. an unknown kind)
+        if exc not in c.problems:
+            c.problems.append(exc)
+        task = None
+    c.raise_problems()
+    return task
+
+
+def _required(located: Located, c: _Checker, keys: tuple[str, ...], what: str = "") -> None:
+    for key in keys:
+        if key not in located.data:
+            exc = PrismError(f"{located.file}: missing required key {key!r}{what}")
+            exc.key = key
+            c.add(exc)
+
+
+def _build(located: Located, c: _Checker) -> TaskConfig:
+    host = c.host
     d = located.data
-    c = _Checker(located, host)
     c.unknown(d, CORE_KEYS | set(host.task_keys.names()))
     kind = d.get("kind", "indomain")
     if kind not in TASK_KINDS:
-        raise c.fail("kind", f"must be one of {', '.join(TASK_KINDS)}, got {kind!r}{suggest(str(kind), TASK_KINDS)}")
+        raise c.fail("kind", f"must be one of {', '.join(TASK_KINDS)}, got {short_repr(kind)}"
+                             f"{suggest(str(kind), TASK_KINDS)}")
     if kind == "transfer":
         return _build_transfer(located, c)
-    for required in ("task", "dataset", "source", "splits"):
-        if required not in d:
-            raise PrismError(f"{located.file}: missing required key {required!r}")
+    _required(located, c, ("task", "dataset", "source", "splits"))
     for key in TRANSFER_ONLY:
         if key in d:
-            raise c.fail(key, "only applies to kind: transfer tasks")
-    name = c.string(d["task"], "task")
-    dataset = c.string(d["dataset"], "dataset")
+            c.add(c.fail(key, "only applies to kind: transfer tasks"))
+    name = c.attempt(lambda: c.name(d["task"], "task"), "") if "task" in d else ""
+    dataset = c.attempt(lambda: c.string(d["dataset"], "dataset"), "") if "dataset" in d else ""
+    n_classes, class_names = _classes(d, c, located)
 
-    class_names = c.str_list(d["class_names"], "class_names") if "class_names" in d else ()
-    if len(set(class_names)) != len(class_names):
-        raise c.fail("class_names", "contains duplicates")
-    if "n_classes" in d:
-        n_classes = c.integer(d["n_classes"], "n_classes", 2, 100_000)
-        if class_names and len(class_names) != n_classes:
-            raise c.fail("n_classes", f"is {n_classes} but class_names lists {len(class_names)} names")
-    elif class_names:
-        n_classes = len(class_names)
-    else:
-        raise PrismError(f"{located.file}: give n_classes or class_names")
-    if len(class_names) == 1:
-        raise c.fail("class_names", "a task needs at least 2 classes")
-
-    source = d["source"]
-    if not isinstance(source, dict) or "type" not in source:
-        raise c.fail("source", "must be a mapping with a 'type' (imagefolder, hf, records, demo, precomputed, ...)")
-    c.string(source["type"], "source.type")
-    check_source_spec(source, class_names, located, host=host)
-    split_spec = check_split_spec(d["split"], c.fail) if "split" in d else None
-
-    splits_raw = d["splits"]
-    if not isinstance(splits_raw, dict):
-        raise c.fail("splits", "must map train/val/test to split names or {name, size}")
-    c.unknown(splits_raw, set(SPLIT_NAMES), "splits.")
-    for req in ("train", "test"):
-        if req not in splits_raw:
-            raise c.fail("splits", f"needs a {req!r} split")
-    splits: dict[str, SplitConfig] = {}
-    for split, spec in splits_raw.items():
-        key = f"splits.{split}"
-        if isinstance(spec, str):
-            splits[split] = SplitConfig(name=spec)
-            continue
-        if not isinstance(spec, dict):
-            raise c.fail(key, "must be a split name or a mapping {name, size, class_counts}")
-        c.unknown(spec, SPLIT_KEYS, key + ".")
-        counts = spec.get("class_counts")
-        if counts is not None:
-            if not isinstance(counts, list) or len(counts) != n_classes or not all(
-                isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in counts
-            ):
-                raise c.fail(key + ".class_counts", f"must list {n_classes} non-negative integers")
-            counts = tuple(counts)
-        size = spec.get("size")
-        if size is not None:
-            size = c.integer(size, key + ".size", 1, 10**9)
-        if size is not None and counts is not None and sum(counts) != size:
-            raise c.fail(key + ".class_counts", f"sums to {sum(counts)} but size is {size}")
-        splits[split] = SplitConfig(name=c.string(spec.get("name", split), key + ".name"), size=size, class_counts=counts)
-    if split_spec is not None:
+    source: dict[str, Any] = {}
+    if "source" in d:
+        def check_source() -> dict[str, Any]:
+            raw = d["source"]
+            if not isinstance(raw, dict) or "type" not in raw:
+                raise c.fail("source", "must be a mapping with a 'type' (imagefolder, hf, records, demo, "
+                                       "precomputed, ...)")
+            c.string(raw["type"], "source.type")
+            check_source_spec(raw, class_names or (), located, host=host)
+            return dict(raw)
+        source = c.attempt(check_source, {})
+    split_spec = c.attempt(lambda: check_split_spec(d["split"], c.fail)) if "split" in d else None
+    splits = _splits(d, c, n_classes) if "splits" in d else {}
+    if split_spec is not None and splits:
         used = {cfg.name for cfg in splits.values()}
         unused = [p for p in split_spec["parts"] if p not in used]
         if unused:
-            raise c.fail("split.parts", f"part(s) {unused} are used by no split; name them in splits.<s>.name "
-                         f"(e.g. splits: {{train: {unused[0]}}}) or drop them")
+            c.add(c.fail("split.parts", f"part(s) {unused} are used by no split; name them in splits.<s>.name "
+                         f"(e.g. splits: {{train: {unused[0]}}}) or drop them"))
+    embeddings_key = dataset
+    if "embeddings_key" in d and d["embeddings_key"] not in (None, ""):
+        def check_key() -> str:
+            problem = relative_key_problem(d["embeddings_key"])
+            if problem:
+                raise c.fail("embeddings_key", problem)
+            return d["embeddings_key"]
+        embeddings_key = c.attempt(check_key, dataset)
 
-    common = _protocol_settings(d, c, n_classes)
+    common = _protocol_settings(d, c, n_classes or 2)
     return TaskConfig(
         name=name,
         file=str(located.file),
         dataset=dataset,
-        n_classes=n_classes,
-        class_names=class_names,
-        source=dict(source),
+        n_classes=n_classes or 2,
+        class_names=class_names or (),
+        source=source,
         splits=splits,
         kind=kind,
         description=str(d.get("description", "")),
-        embeddings_key=str(d.get("embeddings_key", "") or dataset),
+        embeddings_key=str(embeddings_key or dataset),
         split=split_spec,
         **common,
     )
 
 
+def _classes(d: dict, c: _Checker, located: Located) -> tuple[int | None, tuple[str, ...] | None]:
+    """(n_classes, class_names); None for a value that failed its check (already recorded)."""
+    def names() -> tuple[str, ...]:
+        out = c.str_list(d["class_names"], "class_names")
+        if len(set(out)) != len(out):
+            raise c.fail("class_names", "contains duplicates")
+        if len(out) == 1:
+            raise c.fail("class_names", "a task needs at least 2 classes")
+        return out
+    class_names = c.attempt(names) if "class_names" in d else ()
+    n_classes = c.attempt(lambda: c.integer(d["n_classes"], "n_classes", 2, 100_000)) if "n_classes" in d else None
+    if n_classes is not None and class_names and len(class_names) != n_classes:
+        c.add(c.fail("n_classes", f"is {n_classes} but class_names lists {len(class_names)} names"))
+    elif n_classes is None and class_names:
+        n_classes = len(class_names)
+    elif "n_classes" not in d and "class_names" not in d:
+        c.add(PrismError(f"{located.file}: give n_classes or class_names"))
+    return n_classes, class_names
+
+
+def _splits(d: dict, c: _Checker, n_classes: int | None) -> dict[str, SplitConfig]:
+    splits_raw = d["splits"]
+    if not isinstance(splits_raw, dict):
+        c.add(c.fail("splits", "must map train/val/test to split names or {name, size}"))
+        return {}
+    c.unknown(splits_raw, set(SPLIT_NAMES), "splits.")
+    for req in ("train", "test"):
+        if req not in splits_raw:
+            c.add(c.fail("splits", f"needs a {req!r} split"))
+    splits: dict[str, SplitConfig] = {}
+    for split, spec in splits_raw.items():
+        if split not in SPLIT_NAMES:
+            continue
+        key = f"splits.{split}"
+
+        def one(spec=spec, split=split, key=key) -> SplitConfig:
+            if isinstance(spec, str):
+                return SplitConfig(name=spec)
+            if not isinstance(spec, dict):
+                raise c.fail(key, "must be a split name or a mapping {name, size, class_counts}")
+            c.unknown(spec, SPLIT_KEYS, key + ".")
+            counts = spec.get("class_counts")
+            if counts is not None:
+                if not isinstance(counts, list) or (n_classes and len(counts) != n_classes) or not all(
+                    isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in counts
+                ):
+                    raise c.fail(key + ".class_counts", f"must list {n_classes or 'n_classes'} non-negative integers")
+                counts = tuple(counts)
+            size = spec.get("size")
+            if size is not None:
+                size = c.attempt(lambda: c.integer(size, key + ".size", 1, 10**9))
+            if size is not None and counts is not None and sum(counts) != size:
+                raise c.fail(key + ".class_counts", f"sums to {sum(counts)} but size is {size}")
+            return SplitConfig(name=c.string(spec.get("name", split), key + ".name"), size=size, class_counts=counts)
+        cfg = c.attempt(one)
+        if cfg is not None:
+            splits[split] = cfg
+    return splits
+
+
 def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
     """Keys shared by every task kind: grid, probe, ECE, temperature, extra columns."""
-    fractions = DEFAULT_FRACTIONS
-    if "label_fractions" in d:
+    def fractions_of() -> tuple[float, ...]:
         raw = d["label_fractions"]
         if not isinstance(raw, list) or not raw:
             raise c.fail("label_fractions", "must be a non-empty list of numbers in (0, 1]")
-        fractions = tuple(c.number(v, "label_fractions", 0.0, 1.0, lo_open=True) for v in raw)
-        if len({f"{f:g}" for f in fractions}) != len(fractions):  # run ids / cell files use 6 digits
+        out = tuple(c.number(v, "label_fractions", 0.0, 1.0, lo_open=True) for v in raw)
+        if len({f"{f:g}" for f in out}) != len(out):  # run ids / cell files use 6 digits
             raise c.fail("label_fractions", "contains duplicates (values equal to 6 significant digits)")
-    seeds = DEFAULT_SEEDS
-    if "seeds" in d:
+        return out
+    fractions = c.attempt(fractions_of, DEFAULT_FRACTIONS) if "label_fractions" in d else DEFAULT_FRACTIONS
+
+    def seeds_of() -> tuple[int, ...]:
         raw = d["seeds"]
         if not isinstance(raw, list) or not raw:
             raise c.fail("seeds", "must be a non-empty list of integers")
-        seeds = tuple(c.integer(v, "seeds", 0, MAX_SEED) for v in raw)
-        if len(set(seeds)) != len(seeds):
+        out = tuple(c.integer(v, "seeds", 0, MAX_SEED) for v in raw)
+        if len(set(out)) != len(out):
             raise c.fail("seeds", "contains duplicates")
+        return out
+    seeds = c.attempt(seeds_of, DEFAULT_SEEDS) if "seeds" in d else DEFAULT_SEEDS
 
-    probe = {"kind": "logistic", "C": 1.0, "max_iter": 1000}
-    if "probe" in d:
+    default_probe = {"kind": "logistic", "C": 1.0, "max_iter": 1000}
+
+    def probe_of() -> dict[str, Any]:
         raw = d["probe"]
         if not isinstance(raw, dict):
             raise c.fail("probe", "must be a mapping, e.g. {kind: logistic, C: 1.0}")
@@ -290,37 +393,49 @@ def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
         if kind_p == "logistic":
             c.unknown(raw, PROBE_KEYS, "probe.")
             if "C" in raw:
-                c.number(raw["C"], "probe.C", 0.0, 1e12, lo_open=True)
+                c.attempt(lambda: c.number(raw["C"], "probe.C", 0.0, 1e12, lo_open=True))
             if "max_iter" in raw:
-                c.integer(raw["max_iter"], "probe.max_iter", 1, 10**7)
+                c.attempt(lambda: c.integer(raw["max_iter"], "probe.max_iter", 1, 10**7))
             if "tol" in raw:
-                c.number(raw["tol"], "probe.tol", 0.0, 1.0, lo_open=True)
+                c.attempt(lambda: c.number(raw["tol"], "probe.tol", 0.0, 1.0, lo_open=True))
             if raw.get("backend", "sklearn") not in ("sklearn", "torch"):
-                raise c.fail("probe.backend", f"must be 'sklearn' (reference, default) or 'torch', got {raw['backend']!r}")
-        probe = {**({"C": 1.0, "max_iter": 1000} if kind_p == "logistic" else {}), **raw, "kind": kind_p}
+                c.add(c.fail("probe.backend", "must be 'sklearn' (reference, default) or 'torch', got "
+                                              f"{short_repr(raw['backend'])}"))
+        return {**({"C": 1.0, "max_iter": 1000} if kind_p == "logistic" else {}), **raw, "kind": kind_p}
+    probe = c.attempt(probe_of, default_probe) if "probe" in d else default_probe
 
-    ece_bins = c.integer(d.get("ece_bins", 15), "ece_bins", 1, 10_000)
+    ece_bins = c.attempt(lambda: c.integer(d.get("ece_bins", 15), "ece_bins", 1, 10_000), 15)
     binary_logits = d.get("binary_logits", "symmetric")
     if binary_logits not in ("symmetric", "natural"):
-        raise c.fail("binary_logits", f"must be 'symmetric' (reference, T = 2 neutral) or 'natural', got {binary_logits!r}")
-    bounds = d.get("temperature_bounds", [0.1, 10.0])
-    if not isinstance(bounds, list) or len(bounds) != 2:
-        raise c.fail("temperature_bounds", "must be [low, high]")
-    lo = c.number(bounds[0], "temperature_bounds", 0.0, 1e6, lo_open=True)
-    hi = c.number(bounds[1], "temperature_bounds", 0.0, 1e6, lo_open=True)
-    if lo >= hi:
-        raise c.fail("temperature_bounds", f"low {lo} must be below high {hi}")
+        c.add(c.fail("binary_logits", "must be 'symmetric' (reference, T = 2 neutral) or 'natural', got "
+                                      f"{short_repr(binary_logits)}"))
+        binary_logits = "symmetric"
+
+    def bounds_of() -> tuple[float, float]:
+        bounds = d.get("temperature_bounds", [0.1, 10.0])
+        if not isinstance(bounds, list) or len(bounds) != 2:
+            raise c.fail("temperature_bounds", "must be [low, high]")
+        lo = c.number(bounds[0], "temperature_bounds", 0.0, 1e6, lo_open=True)
+        hi = c.number(bounds[1], "temperature_bounds", 0.0, 1e6, lo_open=True)
+        if lo >= hi:
+            raise c.fail("temperature_bounds", f"low {lo} must be below high {hi}")
+        return lo, hi
+    bounds = c.attempt(bounds_of, (0.1, 10.0))
     columns = d.get("columns", {})
     if not isinstance(columns, dict) or not all(
         isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool) for k, v in columns.items()
     ):
-        raise c.fail("columns", "must map column names to plain values, e.g. {hospital: 0}")
+        c.add(c.fail("columns", "must map column names to plain values, e.g. {hospital: 0}"))
+        columns = {}
     host = c.host
     table = d.get("reference_table", "")
     if table and table not in host.tables:
         kinds = host.tables.names()
-        raise c.fail("reference_table", f"must be a table kind ({', '.join(kinds)}; plugins register more), got "
-                                        f"{table!r}{suggest(str(table), kinds)}")
+        c.add(c.fail("reference_table", f"must be a table kind ({', '.join(kinds)}; plugins register more), got "
+                                        f"{short_repr(table)}{suggest(str(table), kinds)}"))
+        table = ""
+    proportional_val = c.attempt(lambda: c.boolean(d.get("proportional_val", False), "proportional_val"), False)
+    tags = c.attempt(lambda: c.str_list(d.get("tags", []), "tags"), ()) if d.get("tags") else ()
     plugin_keys = _plugin_keys(d, c, host, n_classes)
     return dict(
         reference_table=table,
@@ -329,12 +444,25 @@ def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
         probe=probe,
         ece_bins=ece_bins,
         binary_logits=binary_logits,
-        temperature_bounds=(lo, hi),
-        proportional_val=c.boolean(d.get("proportional_val", False), "proportional_val"),
-        tags=c.str_list(d.get("tags", []), "tags") if d.get("tags") else (),
+        temperature_bounds=bounds,
+        proportional_val=proportional_val,
+        tags=tags,
         columns=dict(columns),
         **plugin_keys,
     )
+
+
+def _variant_settings(c: _Checker, n_classes: int) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """The ``settings`` callback of a task key (``sweep``): a variant's protocol settings, raising.
+
+    Keys that already failed in the task itself are left out of the variant, so their problem is
+    reported once (at the key), not again as a problem of every sweep value.
+    """
+    def settings(variant: Mapping[str, Any]) -> dict[str, Any]:
+        bad = {str(getattr(e, "key", "") or "").split(".")[0] for e in c.problems}
+        clean = {k: v for k, v in variant.items() if k not in bad}
+        return _protocol_settings(clean, _Checker(c.loc, c.host), n_classes)
+    return settings
 
 
 def _plugin_keys(d: dict, c: _Checker, host, n_classes: int) -> dict[str, Any]:
@@ -344,7 +472,7 @@ def _plugin_keys(d: dict, c: _Checker, host, n_classes: int) -> dict[str, Any]:
     kind = d.get("kind", "indomain")
     ctx = TaskKeyContext(fail=c.fail, data=d, n_classes=n_classes,
                          class_names=tuple(d.get("class_names") or ()) if isinstance(d.get("class_names"), list) else (),
-                         kind=kind, file=str(c.loc.file), settings=lambda variant: _protocol_settings(variant, c, n_classes),
+                         kind=kind, file=str(c.loc.file), settings=_variant_settings(c, n_classes),
                          host=host, checker=c)
     attrs: dict[str, Any] = {}
     extras: dict[str, Any] = {}
@@ -353,18 +481,19 @@ def _plugin_keys(d: dict, c: _Checker, host, n_classes: int) -> dict[str, Any]:
         if name in CORE_KEYS:
             raise PrismError(f"task key {name!r} registered by {host.task_keys.entry(name).origin} is a core task "
                              "key of prism-plugin; the plugin must choose another name")
+        value = spec.default
         if name in d and kind not in spec.kinds:
-            raise c.fail(name, f"only applies to kind: {' or '.join(spec.kinds)} tasks")
-        if name in d:
-            try:
-                value = spec.validator(d[name], ctx)
-            except PrismError:
-                raise
-            except Exception as exc:  # a plugin's validator that crashed: name it and the key
-                raise c.fail(name, f"validator of task key {name!r} ({host.task_keys.entry(name).origin}) "
-                                   f"failed: {type(exc).__name__}: {exc}") from exc
-        else:
-            value = spec.default
+            c.add(c.fail(name, f"only applies to kind: {' or '.join(spec.kinds)} tasks"))
+        elif name in d:
+            def validate(name=name, spec=spec):
+                try:
+                    return spec.validator(d[name], ctx)
+                except PrismError:
+                    raise
+                except Exception as exc:  # a plugin's validator that crashed: name it and the key
+                    raise c.fail(name, f"validator of task key {name!r} ({host.task_keys.entry(name).origin}) "
+                                       f"failed: {type(exc).__name__}: {exc}") from exc
+            value = c.attempt(validate, spec.default)
         (attrs if name in ATTRIBUTE_KEYS else extras)[name] = value
     return {**attrs, "extras": extras}
 
@@ -374,22 +503,30 @@ def _build_transfer(located: Located, c: _Checker) -> TaskConfig:
     from prism_plugin.protocol.labels import check_label_map
 
     d = located.data
-    for required in ("task", "source_task", "target_task"):
-        if required not in d:
-            raise PrismError(f"{located.file}: missing required key {required!r} (kind: transfer)")
+    _required(located, c, ("task", "source_task", "target_task"), " (kind: transfer)")
     for key in ("source", "splits", "embeddings_key", "split"):
         if key in d:
-            raise c.fail(key, "a transfer task takes its data from source_task and target_task")
-    name = c.string(d["task"], "task")
-    class_names = c.str_list(d["class_names"], "class_names") if "class_names" in d else ()
-    n_classes = c.integer(d.get("n_classes", len(class_names) or 2), "n_classes", 2, 100_000)
+            c.add(c.fail(key, "a transfer task takes its data from source_task and target_task"))
+    name = c.attempt(lambda: c.name(d["task"], "task"), "") if "task" in d else ""
+    class_names = c.attempt(lambda: c.str_list(d["class_names"], "class_names"), ()) if "class_names" in d else ()
+    n_classes = c.attempt(lambda: c.integer(d.get("n_classes", len(class_names) or 2), "n_classes", 2, 100_000), 2)
     if class_names and len(class_names) != n_classes:
-        raise c.fail("n_classes", f"is {n_classes} but class_names lists {len(class_names)} names")
+        c.add(c.fail("n_classes", f"is {n_classes} but class_names lists {len(class_names)} names"))
     src = str(d.get("src", "")) if d.get("src") is not None else ""
     tgt = str(d.get("tgt", "")) if d.get("tgt") is not None else ""
     target_split = d.get("target_split", "test")
     if target_split not in SPLIT_NAMES:
-        raise c.fail("target_split", f"must be one of {', '.join(SPLIT_NAMES)}, got {target_split!r}")
+        c.add(c.fail("target_split", f"must be one of {', '.join(SPLIT_NAMES)}, got {short_repr(target_split)}"))
+        target_split = "test"
+    if "ood_stability" in d:  # read by the task index when it links src/tgt to the member tasks
+        c.attempt(lambda: c.boolean(d["ood_stability"], "ood_stability"))
+    members = {}
+    for role in ("source_task", "target_task"):
+        members[role] = c.attempt(lambda role=role: c.name(d[role], role), "") if role in d else ""
+    labels = {}
+    for role in ("source_labels", "target_labels"):
+        labels[role] = c.attempt(lambda role=role: check_label_map(d.get(role), located.where(role) + ": " + role))
+    settings = _protocol_settings(d, c, n_classes)
     return TaskConfig(
         name=name,
         file=str(located.file),
@@ -400,15 +537,15 @@ def _build_transfer(located: Located, c: _Checker) -> TaskConfig:
         splits={},
         kind="transfer",
         description=str(d.get("description", "")),
-        source_task=c.string(d["source_task"], "source_task"),
-        target_task=c.string(d["target_task"], "target_task"),
-        source_labels=check_label_map(d.get("source_labels"), located.where("source_labels") + ": source_labels"),
-        target_labels=check_label_map(d.get("target_labels"), located.where("target_labels") + ": target_labels"),
+        source_task=members["source_task"],
+        target_task=members["target_task"],
+        source_labels=labels["source_labels"],
+        target_labels=labels["target_labels"],
         src=src,
         tgt=tgt,
         pair=str(d.get("pair", "") or ""),
         target_split=target_split,
-        **_protocol_settings(d, c, n_classes),
+        **settings,
     )
 
 

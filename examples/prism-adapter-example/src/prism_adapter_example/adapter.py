@@ -7,6 +7,12 @@ to the results, the embedding width, the preprocessing, a licence, the
 (preprocessed batch -> embeddings). A real model would build a network in
 ``build`` and call it in ``forward``; prism-plugin does the rest (decoding,
 batching, device, L2 normalisation, the cache, the probe grid, the report).
+
+Its weights identity needs no code: the base class's ``weights_fingerprint()``
+hashes the content of any file an ``__init__`` argument names (a ``checkpoint=``
+of your own adapter), a declared ``hub_id``/``revision`` and the other
+arguments' values (here ``size``), so the embedding cache never serves features
+of other weights (see the README).
 """
 
 from __future__ import annotations
