@@ -53,6 +53,11 @@ class PrecomputedAdapter(Adapter):
     def folder(self, dataset_key: str) -> Path:
         if self.path is not None:
             return self.path
+        from prism_plugin.paths import relative_key_problem
+
+        problem = relative_key_problem(dataset_key)
+        if problem:  # never read outside root= (the task schema refuses such keys too)
+            raise PrismError(f"precomputed embeddings: dataset key {problem}")
         folder = self.root / dataset_key
         if not folder.is_dir():
             if (self.root / "train_features.npy").exists():

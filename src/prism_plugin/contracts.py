@@ -334,9 +334,9 @@ class ReportView:
 
     @cached_property
     def runs(self) -> pd.DataFrame:
-        from prism_plugin.results import runs_files
+        from prism_plugin.results import read_runs, runs_files
 
-        frames = [pd.read_csv(f) for f in runs_files(self.sources)]
+        frames = [read_runs(f) for f in runs_files(self.sources)]
         if not frames and self.run_tables is not None:
             for name in self.run_tables.present():
                 df = getattr(self.run_tables, name).copy()

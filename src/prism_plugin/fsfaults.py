@@ -59,31 +59,26 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"  # pragma: no cover
 
 
+#: errno -> the reason in words (the system's own text for the rest)
+REASONS = {
+    errno.ENOSPC: "no space left on the device",
+    getattr(errno, "EDQUOT", -1): "disk quota exceeded",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EFBIG: "file too large (a file-size limit, e.g. `ulimit -f`, or the file system's maximum)",
+    errno.ENAMETOOLONG: "file name too long",
+    errno.EISDIR: "a folder is in the way of a file",
+    errno.ENOTDIR: "a file is in the way of a folder on that path",
+    errno.EEXIST: "something already exists in the way",
+    errno.ENOENT: "no such file or folder (was it removed while running?)",
+    errno.EMFILE: "too many open files",
+    errno.ENFILE: "too many open files",
+}
+
+
 def _reason(exc: OSError) -> str:
-    code = exc.errno
-    if code in (errno.ENOSPC,):
-        return "no space left on the device"
-    if code == getattr(errno, "EDQUOT", -1):
-        return "disk quota exceeded"
-    if code == errno.EROFS:
-        return "the file system is read-only"
-    if code in (errno.EACCES, errno.EPERM):
-        return "permission denied"
-    if code == errno.EFBIG:
-        return "file too large (a file-size limit, e.g. `ulimit -f`, or the file system's maximum)"
-    if code == errno.ENAMETOOLONG:
-        return "file name too long"
-    if code == errno.EISDIR:
-        return "a folder is in the way of a file"
-    if code == errno.ENOTDIR:
-        return "a file is in the way of a folder on that path"
-    if code == errno.EEXIST:
-        return "something already exists in the way"
-    if code == errno.ENOENT:
-        return "no such file or folder (was it removed while running?)"
-    if code in (errno.EMFILE, errno.ENFILE):
-        return "too many open files"
-    return exc.strerror or type(exc).__name__
+    return REASONS.get(exc.errno) or exc.strerror or type(exc).__name__
 
 
 def fix_for(exc: OSError, elsewhere: str = WHERE_FIX) -> str:

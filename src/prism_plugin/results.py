@@ -72,6 +72,19 @@ def rows_to_frame(rows: list[dict]) -> pd.DataFrame:
     return df[order_columns(df.columns)] if len(df.columns) else df
 
 
+def read_runs(path: str | Path) -> pd.DataFrame:
+    """Read a ``runs.csv``; a file that is not a readable CSV (binary, truncated, not UTF-8) is one
+    PrismError naming it and the fix."""
+    from prism_plugin.errors import PrismError
+
+    path = Path(path)
+    try:
+        return pd.read_csv(path)
+    except (UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise PrismError(f"{path}: not a readable runs table ({type(exc).__name__}); rerun the job that wrote it, "
+                         "or remove the file") from None
+
+
 def runs_files(paths: Iterable[str | Path]) -> list[Path]:
     """Every ``runs.csv`` under ``paths`` (:func:`prism_plugin.tables.find_runs_files`, the one
     results discovery), but a path holding none adds nothing instead of raising: the report and
@@ -587,6 +600,23 @@ class ResultsDir:
                 return None, f"{path.name}: computed for {column} {row.get(column)!r}, not {value!r}"
         return row, None
 
+    def inputs_changed(self, scope: str, run_id: str, fingerprint: str,
+                       parts: dict[str, Any] | None = None) -> str | None:
+        """Why the intact, finished cell of ``run_id`` was computed from other inputs than
+        ``fingerprint`` (task settings, adapter, embeddings, versions, plugins), or ``None`` (absent,
+        damaged, of an older format, or of the same inputs: nothing finished would be replaced)."""
+        try:
+            payload = json.loads(self.cell_path(scope, run_id).read_text(encoding="utf-8"))
+            if not isinstance(payload, dict) or payload.get("format") != CELL_FORMAT or \
+                    payload.get("checksum") != cell_checksum(payload):
+                return None
+        except (OSError, UnicodeDecodeError, ValueError, TypeError, RecursionError):
+            return None
+        if payload.get("scope", scope) != scope or payload.get("run_id", run_id) != run_id or \
+                payload.get("fingerprint") == fingerprint:
+            return None
+        return explain_change(payload.get("inputs"), parts) if parts is not None else "computed from other inputs"
+
     def write_runs(self, df: pd.DataFrame, name: str = RUNS_NAME) -> Path:
         """Write ``runs.csv``. When its content changes, the summary and report of the old content
         are invalidated first (:meth:`invalidate_derived`): a run killed after this write leaves
@@ -642,7 +672,8 @@ class ResultsDir:
 
         removed = 0
         now = time.time()
-        for folder in (self.path, self.cells_dir):
+        for folder in (self.path, self.cells_dir, self.path / "reliability", self.path / "artifacts",
+                       self.path / "summaries", self.path / "figures"):
             for tmp in folder.glob(".*.tmp"):
                 try:
                     if now - tmp.stat().st_mtime > min_age_s:

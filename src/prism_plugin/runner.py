@@ -176,6 +176,20 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     def exact(key) -> dict[str, Any]:
         return {"fraction": key.fraction, "seed": key.seed}
 
+    if not opts.overwrite:  # finished runs of other inputs are never replaced without a word
+        changed: dict[str, list[str]] = {}
+        for key in keys:
+            why = results.inputs_changed(task.name, key.id, fingerprint, parts)
+            if why:
+                changed.setdefault(why, []).append(key.id)
+        if changed:
+            n = sum(map(len, changed.values()))
+            why, cells = next(iter(changed.items()))
+            raise PrismError(
+                f"--output {results.path}: {n} finished run(s) of {task.name} there were computed from other inputs "
+                f"({why}; {', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''}); pass --overwrite to recompute "
+                "them in this folder, or choose another --output to keep both")
+
     def skip(key) -> bool:
         row, reason = results.load_cell(task.name, key.id, fingerprint, parts, expect=exact(key))
         if row is not None:

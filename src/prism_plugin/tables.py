@@ -153,7 +153,9 @@ def read_run_table(path: Path, required_columns: tuple[str, ...] = ()) -> pd.Dat
     try:
         df = pd.read_csv(path)
     except Exception as exc:  # pandas raises many types for malformed CSV
-        raise PrismError(f"{path}: cannot be read as CSV ({type(exc).__name__}: {exc})") from None
+        detail = type(exc).__name__ if isinstance(exc, UnicodeDecodeError) else f"{type(exc).__name__}: {exc}"
+        raise PrismError(f"{path}: cannot be read as CSV ({detail}); rerun the job that wrote it, "
+                         "or remove the file") from None
     missing = [c for c in required_columns if c not in df.columns]
     if missing:
         raise PrismError(f"{path}: missing column(s) {', '.join(missing)}")

@@ -3,7 +3,7 @@
 
 Not part of the pytest suite (no ``test_`` prefix). Run it with the project's interpreter::
 
-    /work/main/.venv/bin/python tests/battery/battery.py [--only FAMILY[,FAMILY]] [--case SUBSTR] [--jobs N]
+    python tests/battery/battery.py [--only FAMILY[,FAMILY]] [--case SUBSTR] [--jobs N]
                                                           [--keep] [--json FILE] [--list]
 
 Every case builds its inputs in a fresh sandbox (``<tmp>/<case>/sb``, with a decoy folder beside it at
@@ -40,8 +40,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 PYTHON = Path(sys.executable)
 PRISM = PYTHON.with_name("prism-run")
-if not PRISM.exists():  # pragma: no cover - a venv without the console script
-    PRISM = Path("/work/main/.venv/bin/prism-run")
+if not PRISM.exists():  # pragma: no cover - a venv without the console script: the one on PATH
+    PRISM = Path(shutil.which("prism-run") or "prism-run")
 
 #: planted in files that are not task files: must never reach stdout/stderr or any written file
 FILE_SECRET = "H6SECRET-fileContent-9f27c1"

@@ -120,15 +120,21 @@ def resumable(tmp_path, ref, copy_cache):
 
 def test_changed_task_config_invalidates_cells_and_says_why(resumable, ref, capsys, monkeypatch):
     cache, out = resumable
+    # finished runs of other inputs are not replaced without --overwrite: refused, naming the change
     rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out),
                                                     "--set", "probe.C=0.5"], capsys, monkeypatch)
+    assert rc == 2 and "computed from other inputs (task config changed (probe)" in err and "--overwrite" in err
+    assert (out / "runs.csv").read_bytes() == ref["runs"] and summary(out)["reused_cells"] == []
+    rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out),
+                                                    "--set", "probe.C=0.5", "--overwrite"], capsys, monkeypatch)
     assert rc == 0, err
     s = summary(out)
     assert s["reused_cells"] == [] and len(s["stale_cells"]) == N_CELLS
     assert "task config changed (probe)" in stdout
     assert (out / "runs.csv").read_bytes() != ref["runs"]
     # and back: the saved cells now hold C=0.5, so the original config recomputes them again
-    rc, stdout, _ = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out)], capsys, monkeypatch)
+    rc, stdout, _ = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out), "--overwrite"],
+                                    capsys, monkeypatch)
     assert rc == 0 and "task config changed (probe)" in stdout
     assert (out / "runs.csv").read_bytes() == ref["runs"]
 
@@ -148,7 +154,8 @@ def test_changed_package_version_invalidates_cells(resumable, ref, capsys, monke
     cache, out = resumable
     real = runner.library_versions
     monkeypatch.setattr(runner, "library_versions", lambda: {**real(), "scikit-learn": "0.0-test"})
-    rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out)], capsys, monkeypatch)
+    rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out), "--overwrite"],
+                                      capsys, monkeypatch)
     assert rc == 0, err
     assert summary(out)["reused_cells"] == []
     assert f"scikit-learn {real()['scikit-learn']} -> 0.0-test" in stdout
@@ -159,7 +166,7 @@ def test_disabled_metric_plugin_invalidates_cells(resumable, ref, capsys, monkey
     """Cells saved with another set of metric columns are not mixed into the table."""
     cache, out = resumable
     rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out),
-                                                    "--disable", "collapse"], capsys, monkeypatch)
+                                                    "--disable", "collapse", "--overwrite"], capsys, monkeypatch)
     assert rc == 0, err
     assert summary(out)["reused_cells"] == []
     assert "metric plugins changed (disabled/removed collapse)" in stdout
@@ -186,11 +193,14 @@ def test_changed_embeddings_invalidate_cells(tmp_path, ref, capsys, monkeypatch)
     X = np.load(root / "train_features.npy")
     X[0, 0] += 1.0
     np.save(root / "train_features.npy", X)
-    rc, stdout, _ = main_in_process(args, capsys, monkeypatch)
+    rc, _, err = main_in_process(args, capsys, monkeypatch)
+    assert rc == 2 and "embeddings of train changed" in err  # the earlier runs are not replaced silently
+    assert (out / "runs.csv").read_bytes() == first
+    rc, stdout, _ = main_in_process(args + ["--overwrite"], capsys, monkeypatch)
     assert rc == 0 and summary(out)["reused_cells"] == []
     assert "embeddings of train changed" in stdout
     # --limit takes other rows: it must not reuse the full run's cells either
-    rc, stdout, _ = main_in_process(args + ["--limit", "10"], capsys, monkeypatch)
+    rc, stdout, _ = main_in_process(args + ["--limit", "10", "--overwrite"], capsys, monkeypatch)
     assert rc == 0 and summary(out)["reused_cells"] == [] and "embeddings of" in stdout
 
 

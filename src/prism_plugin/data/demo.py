@@ -25,6 +25,7 @@ import numpy as np
 from PIL import Image, ImageFilter
 
 from prism_plugin.data.datacache import data_cache_root
+from prism_plugin.paths import cache_root
 from prism_plugin.fsfaults import as_error, check_free_space, naming
 from prism_plugin.results import honour_umask
 
@@ -144,7 +145,8 @@ def ensure_demo_dataset(variant: str, per_class: dict, size: int = 96, seed: int
     """Generate (once) and return the image-folder root of a demo dataset.
 
     The tiles go under the job's cache (``--cache-dir``, else ``$PRISM_CACHE_DIR`` or the default;
-    see :mod:`prism_plugin.data.datacache`). They are written into a temporary folder that is
+    see :mod:`prism_plugin.data.datacache`); complete tiles already in the default cache are used
+    from there (read only: the same spec gives the same tiles). They are written into a temporary folder that is
     renamed into place when complete and removed when the generation fails or is interrupted;
     one left by a killed process is swept by the next start. A cache without room for the tiles,
     or not writable, is reported in one line naming the folder and the fix.
@@ -152,9 +154,13 @@ def ensure_demo_dataset(variant: str, per_class: dict, size: int = 96, seed: int
     spec = {"variant": variant, "per_class": {k: int(v) for k, v in sorted(per_class.items())},
             "size": size, "seed": seed, "version": GENERATOR_VERSION}
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-    root = data_cache_root() / "datasets" / f"demo-{variant}-{digest}"
+    name = f"demo-{variant}-{digest}"
+    root = data_cache_root() / "datasets" / name
     if (root / "COMPLETE").exists():
         return root
+    shared = cache_root() / "datasets" / name  # complete tiles of the default cache are read, never written
+    if shared != root and (shared / "COMPLETE").is_file():
+        return shared
     classes = VARIANTS[variant]
     tmp: Path | None = None
     try:

@@ -165,7 +165,9 @@ def flush(results_dir: str | Path, runs: Iterable[Mapping[str, Any]] | None = No
         path = results_dir / "runs.csv"
         if not path.exists():
             return []
-        runs = pd.read_csv(path).to_dict("records")
+        from prism_plugin.results import read_runs
+
+        runs = read_runs(path).to_dict("records")
     wanted = set()
     for r in runs:
         if "task" in r and "adapter" in r:
@@ -195,7 +197,9 @@ def load_reliability(results_dir: str | Path, runs=None) -> list[dict[str, Any]]
         p = results_dir / "runs.csv"
         if not p.exists():
             return []
-        runs = pd.read_csv(p)
+        from prism_plugin.results import read_runs
+
+        runs = read_runs(p)
     index: dict[str, Mapping[str, Any]] = {}
     for r in runs.to_dict("records"):
         if "task" in r:

@@ -396,6 +396,17 @@ def _check(check: str, level: str, message: str, splits: Iterable[str], count: i
     return {"check": check, "level": level, "message": message, "splits": list(splits), "count": int(count)}
 
 
+def _few_samples(check: str, prefix: str, split: str, y: np.ndarray, consequence: str) -> list[dict[str, Any]]:
+    """The check for the classes of ``split`` with fewer than :data:`MIN_CLASS_SAMPLES` samples, if any."""
+    classes, counts = np.unique(y, return_counts=True)
+    few = [(int(c), int(k)) for c, k in zip(classes, counts) if k < MIN_CLASS_SAMPLES]
+    if not few:
+        return []
+    listed = ", ".join(f"class {c}: {k}" for c, k in few[:10])
+    return [_check(check, "warning", f"{prefix}{split} class(es) with fewer than {MIN_CLASS_SAMPLES} samples "
+                                     f"({listed}): {consequence}", [split], len(few))]
+
+
 def check_data(
     splits: Mapping[str, SplitArrays | None],
     *,
@@ -516,20 +527,11 @@ def check_data(
                                  "samples): AUROC undefined (NaN); a one-class prediction there is not a collapse",
                                  ["test"], 1))
         else:
-            few = [(int(c), int(k)) for c, k in zip(classes, counts) if k < MIN_CLASS_SAMPLES]
-            if few:
-                checks.append(_check("few_test_samples_per_class", "warning",
-                                     f"{prefix}test class(es) with fewer than {MIN_CLASS_SAMPLES} samples "
-                                     f"({', '.join(f'class {c}: {k}' for c, k in few[:10])}): their per-class "
-                                     "numbers are noise", ["test"], len(few)))
+            checks += _few_samples("few_test_samples_per_class", prefix, "test", test.y,
+                                   "their per-class numbers are noise")
     if small_classes and train is not None and train.y.size:
-        classes, counts = np.unique(train.y, return_counts=True)
-        few = [(int(c), int(k)) for c, k in zip(classes, counts) if k < MIN_CLASS_SAMPLES]
-        if few:
-            checks.append(_check("small_train_class", "warning",
-                                 f"{prefix}train class(es) with fewer than {MIN_CLASS_SAMPLES} samples "
-                                 f"({', '.join(f'class {c}: {k}' for c, k in few[:10])}): the probe sees almost "
-                                 "none of them, less still at small label fractions", ["train"], len(few)))
+        checks += _few_samples("small_train_class", prefix, "train", train.y,
+                               "the probe sees almost none of them, less still at small label fractions")
     if errors:
         raise PrismError(errors[0])
     if emit:

@@ -282,6 +282,10 @@ def _build(located: Located, c: _Checker) -> TaskConfig:
                 raise c.fail("embeddings_key", problem)
             return d["embeddings_key"]
         embeddings_key = c.attempt(check_key, dataset)
+    elif isinstance(dataset, str) and dataset and relative_key_problem(dataset):
+        # without embeddings_key the dataset name is the embeddings folder (precomputed roots, cache keys)
+        c.add(c.fail("dataset", f"{relative_key_problem(dataset)}; without embeddings_key the dataset name is the "
+                                "embeddings folder: set embeddings_key to a plain relative folder, or rename the dataset"))
 
     common = _protocol_settings(d, c, n_classes or 2)
     return TaskConfig(
@@ -390,6 +394,12 @@ def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
             raise c.fail("probe", "must be a mapping, e.g. {kind: logistic, C: 1.0}")
         kind_p = raw.get("kind", "logistic")
         c.string(kind_p, "probe.kind")
+        heads = c.host.registry("heads")
+        if kind_p not in heads:  # "unknown probe head 'mpl'; did you mean 'mlp'? (available: ...)"
+            try:
+                heads.get(kind_p)
+            except PrismError as exc:
+                c.add(c.fail("probe.kind", str(exc)))
         if kind_p == "logistic":
             c.unknown(raw, PROBE_KEYS, "probe.")
             if "C" in raw:
