@@ -261,7 +261,8 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     elif one_class and degenerate:
         warnings.warn(f"{adapter.display_name} on {task.name}: the test split has one class, so predicting it is not "
                       "a probe collapse; AUROC is undefined and ECE/F1 describe that class only", stacklevel=2)
-    for line in quality.console_lines([f for f in flags if f.level == "warning"],
+    # the loader's data checks were already printed as warnings when the splits were read
+    for line in quality.console_lines([f for f in flags if f.level == "warning" and f.source != "data"],
                                       f"{adapter.display_name} on {task.name}"):
         opts.log(line)
     runs.attrs["flags"] = [f.to_dict() for f in flags]

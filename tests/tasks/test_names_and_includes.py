@@ -201,8 +201,11 @@ def test_a_user_task_or_group_that_shadows_a_builtin_warns_naming_both(tmp_path,
     assert rc == 0, err
     warned = [line for line in err.splitlines() if "warning" in line]
     assert len(warned) == 2, err
-    assert str(tmp_path / "prism_demo.yaml") in warned[0] and "tasks/prism_demo.yaml" in warned[0]
-    assert str(tmp_path / "prism_main.yaml") in warned[1] and "groups/prism_main.yaml" in warned[1]
+    from prism_plugin.tasks.builtin import builtin_task_dir  # tasks/ in a checkout, task_files/ installed
+
+    builtin = builtin_task_dir()
+    assert str(tmp_path / "prism_demo.yaml") in warned[0] and str(builtin / "prism_demo.yaml") in warned[0]
+    assert str(tmp_path / "prism_main.yaml") in warned[1] and str(builtin / "groups" / "prism_main.yaml") in warned[1]
     rc, _, err = _validate(capsys, str(tmp_path / "prism_demo.yaml"))  # by path, with a built-in's name
     assert rc == 0 and "has the name of the task in" in err
 
