@@ -47,6 +47,22 @@ def prism_run(*args: str, cwd: Path | None = None, env: dict | None = None, time
     return proc
 
 
+def write_precomputed(folder: Path, sizes: dict[str, int], *, dim: int = 8, n_classes: int = 2,
+                      seed: int = 0) -> Path:
+    """``folder/{split}_features.npy`` / ``_labels.npy`` for the ``precomputed`` adapter: per split
+    (in ``sizes`` order, one generator), labels ``arange(n) % n_classes`` and features
+    ``normal(n, dim) + label`` (float32), so the classes are separable on average."""
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for split, n in sizes.items():
+        y = np.arange(n) % n_classes
+        np.save(folder / f"{split}_features.npy", (rng.normal(size=(n, dim)) + y[:, None]).astype(np.float32))
+        np.save(folder / f"{split}_labels.npy", y)
+    return folder
+
+
 def pip_install_target(package: Path, root: Path) -> dict[str, str]:
     """``pip install --target`` a copy of ``package`` under ``root``; the env that makes it visible.
 

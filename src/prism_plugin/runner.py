@@ -176,10 +176,12 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     def exact(key) -> dict[str, Any]:
         return {"fraction": key.fraction, "seed": key.seed}
 
+    saved = {key.id: results.load_cell(task.name, key.id, fingerprint, parts, expect=exact(key)) for key in keys}
     if not opts.overwrite:  # finished runs of other inputs are never replaced without a word
         changed: dict[str, list[str]] = {}
         for key in keys:
-            why = results.inputs_changed(task.name, key.id, fingerprint, parts)
+            row, reason = saved[key.id]
+            why = results.inputs_changed(task.name, key.id, fingerprint, parts) if reason else None
             if why:
                 changed.setdefault(why, []).append(key.id)
         if changed:
@@ -191,7 +193,7 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
                 "them in this folder, or choose another --output to keep both")
 
     def skip(key) -> bool:
-        row, reason = results.load_cell(task.name, key.id, fingerprint, parts, expect=exact(key))
+        row, reason = saved[key.id]  # each saved cell is read once, before the grid
         if row is not None:
             reused.append(key.id)
             return True

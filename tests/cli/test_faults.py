@@ -8,25 +8,19 @@ import errno
 import resource
 import types
 
-import numpy as np
 import pytest
 
 from prism_plugin.cli import main
 from prism_plugin.fsfaults import FileSystemError
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.plugins import PluginFailure, PluginHost
+from tests.conftest import write_precomputed
 
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
-    rng = np.random.default_rng(0)
-    folder = root / "emb" / "Toy"
-    folder.mkdir(parents=True)
-    for split, n in (("train", 120), ("val", 40), ("test", 60)):
-        y = np.arange(n) % 2
-        np.save(folder / f"{split}_features.npy", (rng.normal(size=(n, 8)) + y[:, None]).astype(np.float32))
-        np.save(folder / f"{split}_labels.npy", y)
+    write_precomputed(root / "emb" / "Toy", {"train": 120, "val": 40, "test": 60})
     (root / "tasks").mkdir()
     (root / "tasks" / "toy.yaml").write_text(
         "task: toy\ndataset: Toy\nclass_names: [a, b]\nsource: {type: precomputed}\n"

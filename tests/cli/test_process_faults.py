@@ -11,10 +11,9 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 
 from prism_plugin.cli import main
-from tests.conftest import REPO
+from tests.conftest import REPO, write_precomputed
 
 
 def _children(pid: int) -> set[int]:
@@ -39,13 +38,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_kill_9_of_a_jobs_2_run_takes_its_workers_and_closes_the_pipe(tmp_path):
-    rng = np.random.default_rng(0)
-    folder = tmp_path / "emb" / "Toy"
-    folder.mkdir(parents=True)
-    for split, n in (("train", 3000), ("val", 300), ("test", 300)):
-        y = np.arange(n) % 3
-        np.save(folder / f"{split}_features.npy", (rng.normal(size=(n, 128)) + y[:, None]).astype(np.float32))
-        np.save(folder / f"{split}_labels.npy", y)
+    write_precomputed(tmp_path / "emb" / "Toy", {"train": 3000, "val": 300, "test": 300}, dim=128, n_classes=3)
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "toy.yaml").write_text(
         "task: toy\ndataset: Toy\nclass_names: [a, b, c]\nsource: {type: precomputed}\n"

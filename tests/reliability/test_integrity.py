@@ -32,6 +32,7 @@ from prism_plugin.results import (
     summary_dirs,
     summary_problem,
 )
+from tests.conftest import write_precomputed
 
 GRID = ["--set", "label_fractions=[0.5,1.0]", "--set", "seeds=[1,2]"]
 N_GRID = 4
@@ -42,14 +43,7 @@ LIGHT_REPORT = ["--disable", "report_basic", "--disable", "geometry_report", "--
 @pytest.fixture
 def emb(tmp_path) -> Path:
     """A precomputed-embeddings root for prism_demo (binary): 40/20/20 rows of 4 separable features."""
-    root = tmp_path / "emb" / "Demo-Binary"
-    root.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 40), ("val", 20), ("test", 20)):
-        y = np.arange(n) % 2
-        np.save(root / f"{split}_features.npy", (rng.normal(size=(n, 4)) + y[:, None]).astype(np.float32))
-        np.save(root / f"{split}_labels.npy", y)
-    return root.parent
+    return write_precomputed(tmp_path / "emb" / "Demo-Binary", {"train": 40, "val": 20, "test": 20}, dim=4).parent
 
 
 def run(capsys, emb: Path, out: Path, *extra: str, grid=GRID, name: str | None = None, report=False):

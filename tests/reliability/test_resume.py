@@ -17,6 +17,7 @@ import pytest
 from prism_plugin import cli
 from prism_plugin.embed.cache import CacheEntry, EmbeddingCache
 from prism_plugin.results import cell_checksum
+from tests.conftest import write_precomputed
 from tests.reliability.conftest import (
     LIMIT,
     N_CELLS,
@@ -176,13 +177,7 @@ def test_disabled_metric_plugin_invalidates_cells(resumable, ref, capsys, monkey
 
 def test_changed_embeddings_invalidate_cells(tmp_path, ref, capsys, monkeypatch):
     """Precomputed embeddings edited between two runs: every cell is stale, and the split is named."""
-    root = tmp_path / "emb" / "Demo-Binary"
-    root.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 40), ("val", 20), ("test", 20)):
-        y = np.arange(n) % 2
-        np.save(root / f"{split}_features.npy", (rng.normal(size=(n, 8)) + y[:, None]).astype(np.float32))
-        np.save(root / f"{split}_labels.npy", y)
+    root = write_precomputed(tmp_path / "emb" / "Demo-Binary", {"train": 40, "val": 20, "test": 20})
     out = tmp_path / "out"
     args = ["--task", "prism_demo", "--model", "precomputed", "--model-args", f"root={root.parent}",
             "--set", "label_fractions=[0.5,1.0]", "--set", "seeds=[42]", "--output", str(out), "--quiet", "--no-report"]

@@ -59,6 +59,7 @@ def test_flags_reach_console_summary_and_verdict(tmp_path, capsys):
     warned = [f for f in summary["flags"] if f["level"] == "warning"]
     assert len(lines) == len([f for f in warned if f["source"] != "data"]) >= 2
     # the loader's data checks are printed once, as warnings on stderr, not again on stdout
+    assert any(f["source"] == "data" for f in warned), warned  # the 4-sample minority class of test
     for f in warned:
         if f["source"] == "data":
             assert f["message"] in captured.err and f["message"] not in printed

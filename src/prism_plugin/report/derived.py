@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from prism_plugin.contracts import T_BOUNDS
+from prism_plugin.quality import as_bool
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.tables import RunTables, SummaryOutput
 
@@ -124,12 +125,6 @@ def neutral_temperature(n_classes: float, convention: str = "symmetric") -> floa
     return 2.0 if int(n_classes) == 2 and convention == "symmetric" else 1.0
 
 
-def _as_flag(col: pd.Series) -> pd.Series:
-    from prism_plugin.quality import as_bool
-
-    return as_bool(col)
-
-
 def fewshot_ks(df: pd.DataFrame) -> list[int]:
     """K values with both ``temperature_fewshot_k<K>`` and ``ece_scaled_fewshot_k<K>`` columns."""
     ks = []
@@ -162,7 +157,7 @@ def _long(tables: RunTables, bands: tuple[str, ...] = VERDICT_BAND_COLUMNS) -> p
         if table == "indomain_propval":  # nll_scaled is after the full-validation T, not this table's
             cols["nll_scaled"] = nan
         for c in ("degenerate", "collapsed", "probe_converged"):
-            cols[c] = _as_flag(df[c]) if c in df.columns else nan
+            cols[c] = as_bool(df[c]) if c in df.columns else nan
         for k in fewshot_ks(df):
             cols[f"temperature_fewshot_k{k}"] = pd.to_numeric(df[f"temperature_fewshot_k{k}"], errors="coerce")
             cols[f"ece_scaled_fewshot_k{k}"] = pd.to_numeric(df[f"ece_scaled_fewshot_k{k}"], errors="coerce")
