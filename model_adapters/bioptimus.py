@@ -52,6 +52,8 @@ class HOptimus0(TimmFoundation):
     paper_dim = 1536
     weight_files = ("pytorch_model.bin", "model.safetensors")
     default_dtype = "fp16"
+    #: the H-optimus-0 card: > 500k H&E WSIs (proprietary collection)
+    pretraining_data = ("Bioptimus-500k-WSI",)
 
 
 def register(register) -> None:

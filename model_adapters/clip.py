@@ -21,7 +21,7 @@ dtype policy: fp16 autocast on CUDA (CLIP was trained in mixed fp16 precision).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
 from prism_plugin.embed.adapter import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from prism_plugin.model_adapters.foundation import FoundationAdapter, require_transformers
@@ -29,6 +29,10 @@ from prism_plugin.model_adapters.foundation import FoundationAdapter, require_tr
 #: the vision tower of CLIP ViT-B/32 (openai/clip-vit-base-patch32), shared by PLIP
 VIT_B32 = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
                image_size=224, patch_size=32, projection_dim=512, hidden_act="quick_gelu", layer_norm_eps=1e-5)
+
+#: the vision tower of CLIP ViT-L/14 at 224 px (openai/clip-vit-large-patch14)
+VIT_L14 = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
+               image_size=224, patch_size=14, projection_dim=768, hidden_act="quick_gelu", layer_norm_eps=1e-5)
 
 CLIP_PROFILES = {
     "prism_main": Preprocessing(224, 224, IMAGENET_MEAN, IMAGENET_STD, "bilinear"),
@@ -47,10 +51,12 @@ class CLIPVisionFoundation(FoundationAdapter):
     default_dtype = "fp16"
     # a full CLIPModel checkpoint also holds the text tower
     ignore_prefixes = ("text_model.", "text_projection.", "logit_scale")
+    #: transformers CLIPVisionConfig settings of the tower
+    vision_settings: ClassVar[Mapping[str, Any]] = VIT_B32
 
     def create_model(self, **overrides: Any):
         transformers = require_transformers(self.display_name)
-        settings = dict(VIT_B32)
+        settings = dict(self.vision_settings)
         if "depth" in overrides:
             settings["num_hidden_layers"] = int(overrides.pop("depth"))
         settings.update(overrides)
@@ -79,6 +85,8 @@ class CLIP(CLIPVisionFoundation):
     hub_id = "openai/clip-vit-base-patch32"
     licence = "MIT"
     gated = False
+    #: OpenAI's 400M web image-text pairs (the CLIP paper's WebImageText)
+    pretraining_data = ("WIT-400M",)
 
 
 class PLIP(CLIPVisionFoundation):
@@ -93,8 +101,42 @@ class PLIP(CLIPVisionFoundation):
     hub_id = "vinid/plip"
     licence = "research use (see vinid/plip card)"
     gated = False
+    #: CLIP's WIT-400M, then OpenPath (pathology image-text pairs from Twitter and LAION)
+    pretraining_data = ("WIT-400M", "OpenPath")
+
+
+class CLIPLarge(CLIPVisionFoundation):
+    """OpenAI CLIP ViT-L/14 at 224 px (``openai/clip-vit-large-patch14``, MIT, not gated): the hematology
+    audit's "CLIP-L" (papers/002 Table 1 / A.3; every audit encoder runs at 224, so not the 336-px model).
+
+    Architecture: the CLIP ViT-L/14 vision tower (``transformers`` ``CLIPVisionModelWithProjection``),
+    24 blocks, width 1024, 16 heads, patch 14, 224 px. Embedding (``pooling=pooler``, default, as for
+    ``clip``): ``pooler_output``, the class token after the post-LayerNorm, **1024-d**, the audit's
+    "CLS/pooled features"; ``pooling=projection`` = ``get_image_features``, **768-d**.
+    Preprocessing: ``audit`` (default) = ``model_card`` = the CLIP image processor, Resize 224 bicubic
+    + CenterCrop 224 + CLIP statistics.
+
+    Pretraining data (declared): WIT-400M, OpenAI's 400M web image-text pairs. Unverified offline:
+    whether the audit used the pooled (1024) or projected (768) features; revision (``main``).
+    """
+
+    name = "clip_l"
+    display_name = "CLIP-L"
+    hub_id = "openai/clip-vit-large-patch14"
+    licence = "MIT"
+    gated = False
+    architecture = "CLIP ViT-L/14 vision tower (transformers), 24 blocks"
+    arch_short = "ViT-L/14 (transformers)"
+    arch_facts = {"embed_dim": 1024, "patch_size": 14, "depth": 24, "reg_tokens": 0}
+    poolings = {"pooler": 1024, "projection": 768}
+    default_pooling = "pooler"
+    profiles = {"audit": CLIP_PROFILES["model_card"], "model_card": CLIP_PROFILES["model_card"]}
+    default_profile = "audit"
+    paper_dim = 1024
+    vision_settings = VIT_L14
+    pretraining_data = ("WIT-400M",)
 
 
 def register(register) -> None:
-    for cls in (CLIP, PLIP):
+    for cls in (CLIP, PLIP, CLIPLarge):
         register(cls.name, cls, description=cls.ls_description())

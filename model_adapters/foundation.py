@@ -9,7 +9,8 @@ the PRISM recipe being the default) and the preprocessing ``profiles``
 
 ``--model-args`` understood by every FM adapter:
 
-* ``profile``: ``prism_main`` (default) or ``model_card``.
+* ``profile``: ``prism_main`` (default) or ``model_card`` (the hematology-audit encoders:
+  ``audit``, the default, or ``model_card``).
 * ``pooling``: one of the adapter's recipes (see ``prism-run ls adapters``).
 * ``checkpoint=PATH``: a local state dict (``.safetensors``, ``.bin``, ``.pt``,
   ``.pth``) or a folder holding the hub's weight file; no hub access then.
@@ -87,6 +88,8 @@ class FoundationAdapter(Adapter):
     default_pooling: ClassVar[str] = ""
     #: ``prism_main`` (paper Table 4) and ``model_card`` (paper Table 6)
     profiles: ClassVar[Mapping[str, Preprocessing]] = {}
+    #: the profile used without ``--model-args profile=`` (the audit encoders default to ``audit``)
+    default_profile: ClassVar[str] = "prism_main"
     #: dimension the PRISM papers report (Table 3 / PROTOCOL §1.1)
     paper_dim: ClassVar[int] = 0
     #: weight files to look for on the hub / in a checkpoint folder, in order
@@ -99,7 +102,7 @@ class FoundationAdapter(Adapter):
     def __init__(self, *, profile: Any = None, pooling: Any = None, checkpoint: Any = None,
                  pretrained: Any = True, revision: Any = None, dtype: Any = None, seed: Any = 0, **base: Any):
         super().__init__(**base)
-        self.profile = str(profile or "prism_main")
+        self.profile = str(profile or self.default_profile)
         self.preprocessing = choose_profile(self.profiles, self.profile, self.display_name)
         self.pooling = str(pooling or self.default_pooling)
         if self.pooling not in self.poolings:

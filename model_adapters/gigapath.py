@@ -51,6 +51,8 @@ class GigaPath(TimmFoundation):
     paper_dim = 1536
     weight_files = ("pytorch_model.bin", "model.safetensors")
     default_dtype = "bf16"
+    #: the Prov-GigaPath card: Prov-Path, 171k WSIs from Providence Health
+    pretraining_data = ("Prov-Path",)
 
 
 def register(register) -> None:

@@ -18,6 +18,34 @@ MIDNIGHT_CONFIG = dict(hidden_size=1536, num_hidden_layers=40, num_attention_hea
                        layer_norm_eps=1e-6, qkv_bias=True, hidden_act="gelu")
 
 
+#: transformers-4 ``Dinov2Model`` weight names -> the transformers-5 ones (5.x renamed the attention
+#: projections and split the fused SwiGLU input projection into gate and up halves)
+_DINOV2_RENAMES = (("attention.attention.query.", "attention.q_proj."),
+                   ("attention.attention.key.", "attention.k_proj."),
+                   ("attention.attention.value.", "attention.v_proj."),
+                   ("attention.output.dense.", "attention.o_proj."),
+                   ("mlp.weights_out.", "mlp.down_proj."))
+
+
+def legacy_dinov2_state(state: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
+    """A transformers-4 Dinov2 state dict in the names of ``own`` (a transformers-5 model's state dict);
+    names ``own`` already has are kept. ``mlp.weights_in`` (gate rows first, then up) is split in two."""
+    out: dict[str, Any] = {}
+    for key, value in state.items():
+        if key in own:
+            out[key] = value
+            continue
+        if ".mlp.weights_in." in key:
+            stem, kind = key.split(".mlp.weights_in.")
+            gate, up = value.chunk(2, dim=0)
+            out[f"{stem}.mlp.gate_proj.{kind}"], out[f"{stem}.mlp.up_proj.{kind}"] = gate, up
+            continue
+        for old, new in _DINOV2_RENAMES:
+            key = key.replace(old, new)
+        out[key] = value
+    return out
+
+
 class Midnight(FoundationAdapter):
     """Midnight-12k: a DINOv2 ViT-g/14 trained by kaiko.ai on 12k TCGA slides.
 
@@ -55,6 +83,8 @@ class Midnight(FoundationAdapter):
     paper_dim = 1536
     weight_files = ("model.safetensors", "pytorch_model.bin")
     default_dtype = "bf16"
+    #: Midnight-12k: 12k TCGA slides (the kaiko-ai/midnight card)
+    pretraining_data = ("TCGA",)
 
     def create_model(self, **overrides: Any):
         transformers = require_transformers(self.display_name)
@@ -69,6 +99,12 @@ class Midnight(FoundationAdapter):
         if state and all(k.startswith("dinov2.") or k.startswith("classifier.") for k in state):
             state = {k[len("dinov2."):]: v for k, v in state.items() if k.startswith("dinov2.")}
         return state
+
+    def load_weights(self, model, state: dict[str, Any], source, *, assign: bool = False) -> None:
+        own = model.state_dict()
+        if any(k not in own for k in state):  # the hub checkpoint has transformers-4 names
+            state = legacy_dinov2_state(state, own)
+        super().load_weights(model, state, source, assign=assign)
 
     def overrides_for_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
         # the position grid the weights were trained with (Dinov2 interpolates it to the input)

@@ -53,6 +53,8 @@ class UNI(TimmFoundation):
     paper_dim = 1024
     weight_files = ("pytorch_model.bin", "model.safetensors")
     default_dtype = "bf16"
+    #: the UNI card: Mass-100K (100k H&E WSIs from MGH, BWH and GTEx)
+    pretraining_data = ("Mass-100K",)
 
 
 CONCH_LOADER = Preprocessing(448, 448, CLIP_MEAN, CLIP_STD, "bicubic")
@@ -93,6 +95,8 @@ class CONCH(FoundationAdapter):
     weight_files = ("pytorch_model.bin",)
     default_dtype = "bf16"
     ignore_prefixes = ("text.", "text_decoder.", "logit_scale")
+    #: the CONCH card: 1.17M histopathology image-caption pairs (PubMed Central and educational sources)
+    pretraining_data = ("CONCH-1.17M",)
     CONFIG_NAME = "conch_ViT-B-16"
 
     @staticmethod

@@ -51,6 +51,8 @@ class Virchow2(TimmFoundation):
     }
     paper_dim = 2560
     default_dtype = "fp16"
+    #: the Virchow2 card: 3.1M WSIs from Memorial Sloan Kettering Cancer Center
+    pretraining_data = ("MSKCC-3.1M-WSI",)
 
     def timm_create_kwargs(self) -> dict[str, Any]:
         import torch

@@ -47,6 +47,60 @@ def prism_run(*args: str, cwd: Path | None = None, env: dict | None = None, time
     return proc
 
 
+def run_main(*args: str, env: dict | None = None, check: bool = False) -> subprocess.CompletedProcess:
+    """``prism-run ARGS`` in this process (``prism_plugin.cli.main``): the same exit status, stdout and
+    stderr as :func:`prism_run`, without a fresh interpreter importing torch (seconds per call).
+
+    Use :func:`prism_run` where the behaviour is a process one (console script, signals, entry
+    points of a package installed for the test, a clean import state); ``env`` is set for the call.
+    """
+    import contextlib
+    import io
+
+    from prism_plugin.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    proc = subprocess.CompletedProcess(["prism-run", *args], int(code or 0), out.getvalue(), err.getvalue())
+    if check and proc.returncode != 0:
+        raise AssertionError(f"prism-run {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def mean_colour_adapter(size: int = 8):
+    """A real, tiny image adapter class (no network): the per-channel mean of each ``size`` px image, 3-d."""
+    from prism_plugin.embed.adapter import Adapter, Preprocessing
+
+    class Means(Adapter):
+        name, display_name, embed_dim = "means", "Means", 3
+        preprocessing = Preprocessing(resize=size, crop=size, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0),
+                                      interpolation="bilinear")
+
+        def weights_fingerprint(self):
+            return "none"
+
+        def build(self, device):
+            pass
+
+        def forward(self, batch):
+            return batch.flatten(2).mean(dim=2)
+
+    return Means
+
+
 def write_precomputed(folder: Path, sizes: dict[str, int], *, dim: int = 8, n_classes: int = 2,
                       seed: int = 0) -> Path:
     """``folder/{split}_features.npy`` / ``_labels.npy`` for the ``precomputed`` adapter: per split

@@ -84,8 +84,10 @@ def main_parser(host=None) -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override a task key, e.g. --set label_fractions=[0.01,0.1] --set probe.C=0.1")
     p.add_argument("--probe", default=None, metavar="KIND",
-                   help="probe head (same as --set probe.kind=KIND): logistic (default), logistic_std, knn1, "
-                        "centroid, centroid_cos, linear_svm, or a plugin's head (see `prism-run ls heads`)")
+                   help="run exactly this one probe head (--set probe.kind=KIND, and a task's probes: list "
+                        "switched off): logistic (PRISM default), logistic_std, knn1, centroid, centroid_cos, "
+                        "linear_svm, or a plugin's head (see `prism-run ls heads`). The hematology tasks run "
+                        "[logistic_std, knn1] x split_seeds [0..4] unless told otherwise (--set split_seeds=[0])")
     p.add_argument("--probe-backend", choices=("sklearn", "torch"), default=None,
                    help="logistic probe solver: sklearn lbfgs (reference, default) or the converged torch backend")
     p.add_argument("--jobs", type=int, default=1, metavar="N",

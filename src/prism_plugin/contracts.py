@@ -119,6 +119,12 @@ class RunContext:
       files (e.g. per-example predictions) beside the results; ``None`` = none.
     * ``host`` (optional): the plugin host running the grid, for registry lookups
       (``run.host.registry("adaptation")``); ``None`` means the shared host.
+    * ``split_seed``: the source split seed of this run when the task has ``split_seeds`` (a grid
+      dimension), else ``None``.
+    * ``run_id``: the run's cell id, unique within its task: ``f<fraction>-s<seed>`` for a task
+      without ``split_seeds``/``probes`` (the default), else with ``-split<S>`` and/or ``-<probe kind>``
+      appended (``f1-s0-split3-knn1``); file-safe, e.g. for per-run artifacts
+      (``<task>--<run_id>.npz``). ``meta["probe"]`` is the probe kind.
     """
 
     task: str
@@ -143,6 +149,8 @@ class RunContext:
     artifact_dir: Path | None = None
     #: the plugin host running this grid (its registries: heads, adaptation methods, ...); None = the shared one
     host: Any = field(default=None, repr=False, compare=False)
+    split_seed: int | None = None
+    run_id: str = ""
     _temperatures: dict[str, float] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -151,6 +159,8 @@ class RunContext:
         self.proba_test = _readonly(self.proba_test)
         self.logits_test = _readonly(self.logits_test)
         self.pred_test = _readonly(self.proba_test.argmax(axis=1))
+        if not self.run_id:
+            self.run_id = f"f{float(self.fraction):g}-s{self.seed}"
 
     @property
     def neutral_temperature(self) -> float:

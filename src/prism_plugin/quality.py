@@ -10,7 +10,8 @@ reads the same conditions per cell from ``report_settings`` (:mod:`prism_plugin.
 Each flag is a :class:`Flag`: ``flag`` (its name), ``level`` (``warning``: it qualifies a number;
 ``info``: context; ``allowed``: a data check the task explicitly allowed, recorded), a one-line
 ``message``, ``count`` of runs (or of splits, for data checks) out of ``total``, the run ids
-(``f<fraction>-s<seed>``) in ``cells``, their ``fractions``, and ``detail`` (check-specific numbers).
+(``f<fraction>-s<seed>``; ``f<fraction>-s<seed>-split<S>-<probe>`` for a task with ``split_seeds`` /
+``probes``) in ``cells``, their ``fractions``, and ``detail`` (check-specific numbers).
 
 Checks and their thresholds:
 
@@ -110,11 +111,41 @@ def as_bool(col: pd.Series) -> pd.Series:
                    (0.0 if v in ("false", "0", "0.0", "no") else np.nan)).astype(float)
 
 
+#: ``runs.attrs`` key of the run ids of a runs table, row by row (the runner sets it: a task with the
+#: ``split_seeds`` / ``probes`` grid dimensions has ids such as ``f1-s0-split3-knn1``)
+RUN_IDS_ATTR = "run_ids"
+
+
+def _split_seed_text(value: Any) -> str:
+    try:
+        return "" if value is None or pd.isna(value) else f"-split{int(float(value))}"
+    except (TypeError, ValueError):
+        return ""
+
+
+def all_run_ids(runs: pd.DataFrame) -> list[str]:
+    """The id of every row (:func:`prism_plugin.protocol.grid.run_id`): those the runner attached
+    (``runs.attrs[RUN_IDS_ATTR]``), else built from the columns: ``f<fraction>-s<seed>``, plus
+    ``-split<S>`` where a ``split_seed`` is given and ``-<probe>`` where the table holds several probe
+    kinds (a runs.csv read back; a one-probe ``probes:`` task's ids then lack their probe)."""
+    from prism_plugin.protocol.grid import probe_label
+
+    ids = runs.attrs.get(RUN_IDS_ATTR)
+    if isinstance(ids, (list, tuple)) and len(ids) == len(runs):
+        return [str(i) for i in ids]
+    if "fraction" not in runs or "seed" not in runs:
+        return [str(i) for i in runs.index]
+    splits = runs["split_seed"] if "split_seed" in runs else pd.Series([None] * len(runs), index=runs.index)
+    several = "probe" in runs and runs["probe"].nunique(dropna=True) > 1
+    probes = runs["probe"] if several else pd.Series([None] * len(runs), index=runs.index)
+    return [f"f{float(f):g}-s{s}{_split_seed_text(sp)}{f'-{probe_label(pr)}' if isinstance(pr, str) else ''}"
+            for f, s, sp, pr in zip(runs["fraction"], runs["seed"], splits, probes)]
+
+
 def run_ids(runs: pd.DataFrame, mask: pd.Series) -> tuple[str, ...]:
-    sub = runs.loc[mask]
-    if "fraction" not in sub or "seed" not in sub:
-        return tuple(str(i) for i in sub.index)
-    return tuple(f"f{float(f):g}-s{s}" for f, s in zip(sub["fraction"], sub["seed"]))
+    ids = all_run_ids(runs)
+    picked = np.asarray(pd.Series(mask, index=runs.index).fillna(False), dtype=bool)
+    return tuple(i for i, keep in zip(ids, picked) if keep)
 
 
 def _fractions(runs: pd.DataFrame, mask: pd.Series) -> tuple[float, ...]:
@@ -366,13 +397,39 @@ def fraction_markers(flags: Iterable[Flag | Mapping[str, Any]]) -> dict[float, l
         if mark is None or d.get("level") != "warning" or d.get("source", "runs") != "runs":
             continue
         for cell in d.get("cells", []):
-            try:
-                frac = float(str(cell).split("-s")[0].lstrip("f"))
-            except ValueError:
+            frac = cell_fraction(cell)
+            if frac is None:
                 continue
             counts = out.setdefault(frac, {})
             counts[mark] = counts.get(mark, 0) + 1
     return {k: [f"{m} {n}" for m, n in v.items()] for k, v in out.items()}
+
+
+def cell_fraction(cell: Any) -> float | None:
+    """The label fraction of a run id (``f0.1-s42`` and ``f0.1-s42-split3-knn1`` -> 0.1)."""
+    text = str(cell)
+    if not text.startswith("f") or "-s" not in text:
+        return None
+    try:
+        return float(text[1:].split("-s", 1)[0])
+    except ValueError:
+        return None
+
+
+def cell_markers(flags: Iterable[Flag | Mapping[str, Any]], cells: Iterable[str]) -> list[str]:
+    """``["T@bound 3", "NLL-up 1"]``: the run-derived warnings with a marker among the runs ``cells``
+    (run ids; e.g. one probe's runs at one fraction)."""
+    wanted = set(map(str, cells))
+    counts: dict[str, int] = {}
+    for f in flags:
+        d = f.to_dict() if isinstance(f, Flag) else dict(f)
+        mark = MARKERS.get(d.get("flag", ""))
+        if mark is None or d.get("level") != "warning" or d.get("source", "runs") != "runs":
+            continue
+        n = sum(1 for cell in d.get("cells", []) if str(cell) in wanted)
+        if n:
+            counts[mark] = counts.get(mark, 0) + n
+    return [f"{m} {n}" for m, n in counts.items()]
 
 
 def console_lines(flags: Iterable[Flag], prefix: str = "") -> list[str]:
@@ -383,4 +440,4 @@ def console_lines(flags: Iterable[Flag], prefix: str = "") -> list[str]:
 
 __all__ = ["CHECKS", "Flag", "LEVELS", "MIN_TEST_PER_CLASS", "MIN_TRAIN_PER_CLASS", "QualityContext",
            "TEMPERATURE_COLUMNS", "as_bool", "at_bound", "bound_side", "console_lines", "data_flags", "fraction_markers", "qualified",
-           "run_flags"]
+           "run_flags", "RUN_IDS_ATTR", "all_run_ids", "cell_fraction", "cell_markers"]

@@ -98,7 +98,7 @@ class AdaptationRegistrar(Registrar):
 
 #: columns that identify one run (duplicates across results directories are an error); ``probe``
 #: tells apart the same model audited with two heads
-DEFAULT_KEY_COLUMNS = ("model", "dataset", "src", "tgt", "pair", "hospital", "probe", "fraction", "seed")
+DEFAULT_KEY_COLUMNS = ("model", "dataset", "src", "tgt", "pair", "hospital", "probe", "fraction", "seed", "split_seed")
 
 
 @dataclass(frozen=True)
@@ -154,18 +154,22 @@ class TaskKey:
     description: str = ""
     #: the value used when the key is absent (not validated)
     default: Any = None
+    #: False: descriptive metadata (a label such as ``shift``) that changes no number; it is not part
+    #: of the cells' fingerprint, so declaring it later keeps every finished run reusable
+    results: bool = True
 
 
 class TaskKeyRegistrar(Registrar):
     def __call__(self, key: str, validator: Callable[[Any, TaskKeyContext], Any], *,
-                 kinds: Iterable[str] = TASK_KINDS, description: str = "", default: Any = None) -> None:
+                 kinds: Iterable[str] = TASK_KINDS, description: str = "", default: Any = None,
+                 results: bool = True) -> None:
         kinds = tuple(kinds)
         bad = [k for k in kinds if k not in TASK_KINDS]
         if bad:
             raise PrismError(f"task key {key!r} (from {self.origin}): kinds must be among {', '.join(TASK_KINDS)}")
         if not callable(validator):
             raise PrismError(f"task key {key!r} (from {self.origin}): validator must be callable")
-        self._add(key, TaskKey(key, validator, kinds, description, default), description=description)
+        self._add(key, TaskKey(key, validator, kinds, description, default, bool(results)), description=description)
 
 
 @dataclass(frozen=True)

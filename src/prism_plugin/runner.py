@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -17,10 +18,9 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from prism_plugin.embed.load import load_embeddings, transfer_embeddings
 from prism_plugin.errors import PrismError
 from prism_plugin.metrics.descriptions import metric_infos
-from prism_plugin.protocol.grid import GridSpec, RunKey, grid_keys, run_grid
+from prism_plugin.protocol.grid import GridSpec, RunKey, grid_keys, run_grid, run_suffix
 from prism_plugin.protocol.inputs import check_splits
 from prism_plugin.results import RUNS_NAME, ResultsDir, cell_stats, check_grid_kept, check_layout, rows_to_frame
 from prism_plugin.tasks.schema import TaskConfig
@@ -63,9 +63,10 @@ def make_adapter(host, name: str, model_args: dict[str, Any]):
 
 
 #: Task keys a single run's numbers do not depend on: where the task came from, and
-#: the grid's shape (each cell is keyed by its own fraction and seed), so a grid
-#: extended by a seed or a fraction reuses the runs it already has.
-CELL_INDEPENDENT_KEYS = ("file", "description", "tags", "label_fractions", "seeds")
+#: the grid's shape (each cell is keyed by its own fraction and seed, and its fingerprint holds its
+#: own split seed and probe), so a grid extended by a seed, a fraction, a split seed or a probe
+#: reuses the runs it already has.
+CELL_INDEPENDENT_KEYS = ("file", "description", "tags", "label_fractions", "seeds", "split_seeds", "probes")
 
 
 def _digest(value: Any) -> str:
@@ -91,9 +92,12 @@ def fingerprint_parts(task: TaskConfig, adapter, emb_info: dict[str, Any], host=
     """
     versions = library_versions()
     resolved = task.resolved()
+    descriptive = _descriptive_keys(host)
+    resolved["extras"] = _result_extras(resolved.get("extras"), descriptive)
     for member in ("source_config", "target_config"):
         if isinstance(resolved.get(member), dict):
             resolved[member] = {k: v for k, v in resolved[member].items() if k not in CELL_INDEPENDENT_KEYS}
+            resolved[member]["extras"] = _result_extras(resolved[member].get("extras"), descriptive)
     embeddings = emb_info.get("content") or emb_info["fingerprints"]
     return {
         "task": {k: _digest(v) for k, v in sorted(resolved.items()) if k not in CELL_INDEPENDENT_KEYS},
@@ -102,6 +106,33 @@ def fingerprint_parts(task: TaskConfig, adapter, emb_info: dict[str, Any], host=
         "versions": {k: versions.get(k) for k in NUMERIC_LIBS + ("prism-plugin",)},
         **({"plugins": metric_plugins(host)} if host is not None else {}),
     }
+
+
+def _member_perturbation(task: TaskConfig) -> dict[str, Any]:
+    """``{"perturb": ...}`` of a transfer task whose target (else source) task is a synthetic
+    perturbation domain (the key lives in that member's file), so plugins see it on the run."""
+    if task.extras.get("perturb") or not task.is_transfer:
+        return {}
+    for member in (task.target_config, task.source_config):
+        if member is not None and (member.extras or {}).get("perturb"):
+            return {"perturb": member.extras["perturb"]}
+    return {}
+
+
+def _descriptive_keys(host) -> set[str]:
+    """Task keys registered with ``results=False`` (labels that change no number)."""
+    from prism_plugin.plugins import host_or_shared
+
+    reg = host_or_shared(host).task_keys
+    return {name for name in reg.names() if not getattr(reg.get(name), "results", True)}
+
+
+def _result_extras(extras: Any, descriptive: set[str]) -> Any:
+    """A task's plugin keys as far as its numbers depend on them: an absent key (value None) and a
+    descriptive one are left out, so registering or declaring one keeps finished runs reusable."""
+    if not isinstance(extras, dict):
+        return extras
+    return {k: v for k, v in extras.items() if v is not None and k not in descriptive}
 
 
 def run_fingerprint(task: TaskConfig, adapter, emb_info: dict[str, Any]) -> str:
@@ -126,13 +157,41 @@ def default_output(base: Path, task: str, adapter_name: str) -> Path:
     return confined(base, task, adapter_name)
 
 
+def has_grid_keys(task: TaskConfig) -> bool:
+    """Whether the task uses the ``split_seeds`` / ``probes`` grid dimensions (its run ids carry them)."""
+    return bool(getattr(task, "split_seeds", ()) or getattr(task, "probes", ()))
+
+
+def grid_units(task: TaskConfig) -> list[tuple[int | None, dict[str, Any], str]]:
+    """``(split seed, probe, run-id suffix)`` of every grid unit, in grid order (split seed, then probe);
+    one unit ``(None, task.probe, "")`` for a task without the ``split_seeds`` / ``probes`` keys."""
+    out = []
+    for split_seed in task.grid_split_seeds:
+        for probe in task.grid_probes:
+            suffix = run_suffix(split_seed if task.split_seeds else None,
+                                str(probe.get("kind", "logistic")) if task.probes else None)
+            out.append((split_seed, dict(probe), suffix))
+    return out
+
+
+def planned_runs(task: TaskConfig, model: str) -> list[tuple]:
+    """The runs the task's results folder will hold, as :func:`prism_plugin.results.check_grid_kept` takes
+    them: ``(task, model, fraction, seed)``, or with the grid-dimension keys ``(task, model, fraction, seed,
+    split seed, probe kind)``."""
+    if not has_grid_keys(task):
+        return [(task.name, model, float(f), int(s)) for f in task.label_fractions for s in task.seeds]
+    return [(task.name, model, float(f), int(s), split_seed, str(probe.get("kind", "logistic")))
+            for split_seed, probe, _ in grid_units(task) for f in task.label_fractions for s in task.seeds]
+
+
 def check_before_work(task: TaskConfig, opts: JobOptions, model: str | None = None) -> None:
     """Problems that would otherwise surface only after the extraction: fail before it.
 
     ``model``: the ``model`` column of this run (the adapter's display name); with it, a grid that
     would drop runs of the folder's existing ``runs.csv`` is refused unless ``opts.overwrite``.
     """
-    ids = [RunKey(float(f), int(s)).id for f in task.label_fractions for s in task.seeds]
+    ids = [RunKey(float(f), int(s)).id + suffix for _, _, suffix in grid_units(task)
+           for f in task.label_fractions for s in task.seeds]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})
         raise PrismError(f"{task.file}: label_fractions/seeds give two runs the same id {dup[0]!r} (fractions "
@@ -146,44 +205,97 @@ def check_before_work(task: TaskConfig, opts: JobOptions, model: str | None = No
     if out.is_dir():
         check_layout(out)
         if model is not None:
-            planned = [(task.name, model, float(f), int(s)) for f in task.label_fractions for s in task.seeds]
-            check_grid_kept(out / RUNS_NAME, planned, overwrite=getattr(opts, "overwrite", False),
+            check_grid_kept(out / RUNS_NAME, planned_runs(task, model), overwrite=getattr(opts, "overwrite", False),
                             where=f"--output {out}")
 
 
+@dataclass
+class _Unit:
+    """One (split seed, probe) of a task's grid: its splits, its probe spec and its cells' fingerprint."""
+
+    split_seed: int | None
+    probe: dict[str, Any]
+    suffix: str
+    splits: dict[str, Any]
+    n_classes: int
+    spec: GridSpec
+    parts: dict[str, Any]
+    fingerprint: str
+    keys: list[RunKey]
+
+    def cell(self, key: RunKey) -> str:
+        return key.id + self.suffix
+
+
+def _merge_checks(infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The data checks of every split seed, each distinct one once."""
+    out, seen = [], set()
+    for info in infos:
+        for c in info.get("data_checks") or ():
+            mark = json.dumps(c, sort_keys=True, default=str)
+            if mark not in seen:
+                seen.add(mark)
+                out.append(c)
+    return out
+
+
 def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
-    """Run one task for one adapter; write and return the results directory."""
+    """Run one task for one adapter; write and return the results directory.
+
+    The grid is split seed x probe x label fraction x seed for a task with ``split_seeds`` / ``probes``
+    (:mod:`prism_plugin.tasks.grid_keys`), label fraction x seed otherwise; each (split seed, probe)
+    runs :func:`~prism_plugin.protocol.grid.run_grid` on its splits.
+    """
+    from prism_plugin.embed.load import load_split_seeds
+
     t_start = time.perf_counter()
     check_before_work(task, opts, adapter.display_name)
-    if task.is_transfer:
-        splits, emb_info = transfer_embeddings(task, adapter, opts, host=host)
-    else:
-        splits, emb_info = load_embeddings(task, adapter, opts, host=host)
-    k = check_splits(splits["train"], splits.get("val"), splits["test"], task.n_classes)
-    if "val" not in splits:
-        warnings.warn(f"task {task.name} has no validation split: temperature and scaled ECE are NaN "
-                      "(the temperature is never fitted on test)", stacklevel=2)
-    spec = GridSpec(
-        fractions=task.label_fractions, seeds=task.seeds, probe=task.probe, ece_bins=task.ece_bins,
-        binary_logits=task.binary_logits, t_bounds=task.temperature_bounds, proportional_val=task.proportional_val,
-    )
+    gridded = has_grid_keys(task)
+    loaded = load_split_seeds(task, adapter, opts, host=host)  # (split seed, task at it, splits, info)
+    infos = [info for *_, info in loaded]
     results = ResultsDir(opts.output)
-    parts = fingerprint_parts(task, adapter, emb_info, host)
-    fingerprint = _digest_full(parts)
-    keys = list(grid_keys(spec))
+    units: list[_Unit] = []
+    warned_val = False
+    for split_seed, variant, splits, emb_info in loaded:
+        k = check_splits(splits["train"], splits.get("val"), splits["test"], task.n_classes)
+        if "val" not in splits and not warned_val:
+            warned_val = True
+            warnings.warn(f"task {task.name} has no validation split: temperature and scaled ECE are NaN "
+                          "(the temperature is never fitted on test)", stacklevel=2)
+        for seed_of_split, probe, suffix in grid_units(task):
+            if seed_of_split != split_seed:
+                continue
+            cell_task = dataclasses.replace(variant, probe=dict(probe)) if gridded else task
+            spec = GridSpec(
+                fractions=task.label_fractions, seeds=task.seeds, probe=probe, ece_bins=task.ece_bins,
+                binary_logits=task.binary_logits, t_bounds=task.temperature_bounds,
+                proportional_val=task.proportional_val,
+            )
+            parts = fingerprint_parts(cell_task, adapter, emb_info, host)
+            units.append(_Unit(split_seed, probe, suffix, splits, k, spec, parts, _digest_full(parts),
+                               list(grid_keys(spec))))
     reused, stale = [], []
 
-    def exact(key) -> dict[str, Any]:
-        return {"fraction": key.fraction, "seed": key.seed}
+    def exact(unit: _Unit, key: RunKey) -> dict[str, Any]:
+        out: dict[str, Any] = {"fraction": key.fraction, "seed": key.seed}
+        if gridded:
+            if task.split_seeds:
+                out["split_seed"] = unit.split_seed
+            out["probe"] = str(unit.probe.get("kind", "logistic"))
+        return out
 
-    saved = {key.id: results.load_cell(task.name, key.id, fingerprint, parts, expect=exact(key)) for key in keys}
+    saved = {unit.cell(key): results.load_cell(task.name, unit.cell(key), unit.fingerprint, unit.parts,
+                                               expect=exact(unit, key))
+             for unit in units for key in unit.keys}
     if not opts.overwrite:  # finished runs of other inputs are never replaced without a word
         changed: dict[str, list[str]] = {}
-        for key in keys:
-            row, reason = saved[key.id]
-            why = results.inputs_changed(task.name, key.id, fingerprint, parts) if reason else None
-            if why:
-                changed.setdefault(why, []).append(key.id)
+        for unit in units:
+            for key in unit.keys:
+                cid = unit.cell(key)
+                row, reason = saved[cid]
+                why = results.inputs_changed(task.name, cid, unit.fingerprint, unit.parts) if reason else None
+                if why:
+                    changed.setdefault(why, []).append(cid)
         if changed:
             n = sum(map(len, changed.values()))
             why, cells = next(iter(changed.items()))
@@ -192,17 +304,10 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
                 f"({why}; {', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''}); pass --overwrite to recompute "
                 "them in this folder, or choose another --output to keep both")
 
-    def skip(key) -> bool:
-        row, reason = saved[key.id]  # each saved cell is read once, before the grid
-        if row is not None:
-            reused.append(key.id)
-            return True
-        if reason:
-            stale.append({"cell": key.id, "reason": reason.split(": ", 1)[-1]})
-        return False
-
     if task.is_transfer:
         columns = {"src": task.src, "tgt": task.tgt, "pair": task.pair}
+        if task.extras.get("shift"):  # the declared shift kind (tables.tables_from_results routes by it)
+            columns["shift"] = str(task.extras["shift"])
     else:
         columns = {"dataset": task.dataset}
     columns.update(task.columns)
@@ -210,24 +315,43 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
                                      "indomain_propval" if task.proportional_val else "indomain")
     ident = {"reference_table": table, "task": task.name, "adapter": adapter.name, "model": adapter.display_name, "dataset": task.dataset,
              "class_names": task.class_names, "columns": columns,
-             "meta": {**task.extras, "kind": task.kind, "src": task.src, "tgt": task.tgt, "pair": task.pair,
+             "meta": {**task.extras, **_member_perturbation(task), "kind": task.kind, "src": task.src,
+                      "tgt": task.tgt, "pair": task.pair,
                       "results_dir": str(results.path), "adaptation": task.adaptation, "priors": task.priors},
              "artifact_dir": results.path / "artifacts"}
     t_grid = time.perf_counter()
-    def save(key, row) -> None:
-        results.save_cell(task.name, key.id, fingerprint, row, parts)
-
     executor = opts.executor
-    if executor is None or (executor.name == "local" and executor.jobs == 1):
-        run_grid(splits["train"], splits.get("val"), splits["test"], k, spec, host, ident, skip=skip, on_row=save)
-    else:
-        from prism_plugin.executors import GridJob, SplitRef, driver_blas_threads, plan_units
+    for unit in units:
+        def skip(key, unit=unit) -> bool:
+            cid = unit.cell(key)
+            row, reason = saved[cid]  # each saved cell is read once, before the grid
+            if row is not None:
+                reused.append(cid)
+                return True
+            if reason:
+                stale.append({"cell": cid, "reason": reason.split(": ", 1)[-1]})
+            return False
 
-        job = GridJob(SplitRef.of(splits["train"]), SplitRef.of(splits["val"]) if "val" in splits else None,
-                      SplitRef.of(splits["test"]), k, spec, ident, tuple(sorted(host.disabled)),
-                      blas_threads=driver_blas_threads())
-        for key, row in executor.run(job, plan_units(spec, skip)):
-            save(key, row)
+        def save(key, row, unit=unit) -> None:
+            results.save_cell(task.name, unit.cell(key), unit.fingerprint, row, unit.parts)
+
+        unit_ident = dict(ident)
+        if gridded:
+            unit_ident["run_suffix"] = unit.suffix
+            if task.split_seeds:
+                unit_ident["split_seed"] = unit.split_seed
+        splits = unit.splits
+        if executor is None or (executor.name == "local" and executor.jobs == 1):
+            run_grid(splits["train"], splits.get("val"), splits["test"], unit.n_classes, unit.spec, host, unit_ident,
+                     skip=skip, on_row=save)
+        else:
+            from prism_plugin.executors import GridJob, SplitRef, driver_blas_threads, plan_units
+
+            job = GridJob(SplitRef.of(splits["train"]), SplitRef.of(splits["val"]) if "val" in splits else None,
+                          SplitRef.of(splits["test"]), unit.n_classes, unit.spec, unit_ident,
+                          tuple(sorted(host.disabled)), blas_threads=driver_blas_threads())
+            for key, row in executor.run(job, plan_units(unit.spec, skip)):
+                save(key, row)
     grid_seconds = time.perf_counter() - t_grid
     if stale:
         by_reason: dict[str, list[str]] = {}
@@ -236,12 +360,18 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
         for why, cells in by_reason.items():
             opts.log(f"{task.name}: recomputed {len(cells)} saved run(s) not reusable: {why} "
                      f"({', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''})")
-    rows = []
-    for key in keys:  # assemble from the persisted cells: resumed == uninterrupted
-        row, reason = results.load_cell(task.name, key.id, fingerprint, parts, expect=exact(key))
-        if row is None:
-            raise PrismError(f"results cell {key.id} of {task.name} is missing after the run ({reason})")
-        rows.append(row)
+    rows, ids = [], []
+    for unit in units:  # assemble from the persisted cells: resumed == uninterrupted
+        for key in unit.keys:
+            cid = unit.cell(key)
+            row, reason = results.load_cell(task.name, cid, unit.fingerprint, unit.parts, expect=exact(unit, key))
+            if row is None:
+                raise PrismError(f"results cell {cid} of {task.name} is missing after the run ({reason})")
+            # the identity columns as the task gives them now (a descriptive key such as `shift`, declared
+            # after the cell was saved, is not in its fingerprint), in the order of a fresh row
+            rows.append({"model": adapter.display_name, **columns,
+                         **{k: v for k, v in row.items() if k != "model" and k not in columns}})
+            ids.append(cid)
     runs = rows_to_frame(rows)
     results.write_runs(runs)  # first invalidates a summary/report of other content (a kill leaves no mismatch)
     gone = [n for n in results.invalidated if n.startswith("report.")]
@@ -250,11 +380,13 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
                  f"runs.csv (`prism-run report {results.path}` rebuilds them)")
     from prism_plugin import quality
 
-    flags = quality.run_flags(runs, t_bounds=task.temperature_bounds, data_checks=emb_info.get("data_checks"),
+    data_checks = _merge_checks(infos) if len(infos) > 1 else infos[0].get("data_checks")
+    runs.attrs[quality.RUN_IDS_ATTR] = ids  # flags name the runs by these ids
+    flags = quality.run_flags(runs, t_bounds=task.temperature_bounds, data_checks=data_checks,
                               checks=quality.host_checks(host),
                               name=task.name)
     one_class = any(r.get("n_test_classes") == 1 for r in rows) or any(
-        isinstance(c, dict) and c.get("check") == "single_class_test" for c in emb_info.get("data_checks") or ())
+        isinstance(c, dict) and c.get("check") == "single_class_test" for c in data_checks or ())
     collapsed, degenerate = _collapse_fractions(rows, one_class)
     if collapsed:
         msg = (f"{adapter.display_name} on {task.name}: probe collapsed (predicts one class beyond its test share "
@@ -268,25 +400,41 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
                                       f"{adapter.display_name} on {task.name}"):
         opts.log(line)
     runs.attrs["flags"] = [f.to_dict() for f in flags]
+    by_seed = len(loaded) > 1
+
+    def per_seed(field_name: str) -> Any:
+        if not by_seed:
+            return infos[0][field_name]
+        return {f"split_seed={seed}": info[field_name] for seed, _, _, info in loaded}
+
+    cell_by = ["model", *columns] + (["probe"] if task.probes and "probe" in runs else [])
     summary = {
         "task": task.name,
         "model": adapter.display_name,
         "adapter": adapter.describe(),
+        # the adapter's declared pretraining datasets (None = not declared); never part of a fingerprint
+        "pretraining_data": _pretraining_data(adapter),
         "resolved_task": task.resolved(),
         "n_runs": len(rows),
-        "cells": cell_stats(runs, ["model", *columns], metric_infos(host, "summary")),
+        **({"grid": {"split_seeds": list(task.split_seeds),
+                     "probes": [str(p.get("kind", "logistic")) for p in task.grid_probes],
+                     "label_fractions": list(task.label_fractions), "seeds": list(task.seeds)}} if gridded else {}),
+        "cells": cell_stats(runs, cell_by, metric_infos(host, "summary")),
         "collapsed_fractions": collapsed,
         "degenerate_fractions": degenerate,
         "qualified": quality.qualified(flags),
         "flags": [f.to_dict() for f in flags],
         "reused_cells": reused,
         "stale_cells": stale,
-        "run_fingerprint": fingerprint,
-        "fingerprints": {"adapter": adapter.fingerprint(), "data": emb_info["fingerprints"]},
-        "embedding_cache": emb_info["cache"],
+        "run_fingerprint": units[0].fingerprint if len(units) == 1 else
+        _digest_full({u.suffix: u.fingerprint for u in units}),
+        "fingerprints": {"adapter": adapter.fingerprint(), "data": per_seed("fingerprints")},
+        "embedding_cache": per_seed("cache"),
         "versions": library_versions(),
-        "timings": {"extraction_seconds": round(emb_info["extraction_seconds"], 3),
-                    "extracted_tiles": emb_info["extracted_tiles"],
+        "timings": {"extraction_seconds": round(sum(i["extraction_seconds"] for i in infos), 3),
+                    "extracted_tiles": sum(i["extracted_tiles"] for i in infos),
+                    **({"reused_tiles": sum(i.get("reused_tiles", 0) for i in infos)}
+                       if any("reused_tiles" in i for i in infos) else {}),
                     "grid_seconds": round(grid_seconds, 3),
                     "total_seconds": round(time.perf_counter() - t_start, 3)},
     }
@@ -296,6 +444,19 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
 
         write_report(results.path, host)
     return JobResult(task, results.path, runs, summary)
+
+
+def _pretraining_data(adapter) -> list[str] | None:
+    """``adapter.pretraining_data`` as summary.json holds it: a list, or ``None`` (not declared)."""
+    value = getattr(adapter, "pretraining_data", None)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    try:
+        return [str(v) for v in value]
+    except TypeError:
+        return [str(value)]
 
 
 def _collapse_fractions(rows: list[dict], one_class: bool = False) -> tuple[list[float], list[float]]:
@@ -321,7 +482,9 @@ def compact_table(runs: pd.DataFrame, flags: list[dict] | None = None) -> str:
     ``collapsed``: runs with the prevalence-aware collapse (PRISM's ``degenerate`` for runs without
     it); ``flags``: per fraction, the runs each quality warning marks (``T@bound 3``, ``NLL-up 1``,
     ``not-converged 2``; :mod:`prism_plugin.quality`). ``flags`` default: those :func:`run_job`
-    attached to ``runs``, else recomputed with the default temperature bounds.
+    attached to ``runs``, else recomputed with the default temperature bounds. A table of several
+    probes (a task with ``probes:``) has one line per probe and fraction, the mean ± std over its
+    seeds and split seeds.
     """
     from prism_plugin import quality
 
@@ -330,9 +493,21 @@ def compact_table(runs: pd.DataFrame, flags: list[dict] | None = None) -> str:
         flags = runs.attrs.get("flags")
     if flags is None:
         flags = [f.to_dict() for f in quality.run_flags(runs)]
+    by_probe = "probe" in runs and runs["probe"].nunique(dropna=True) > 1
+    ids = pd.Series(quality.all_run_ids(runs), index=runs.index)
     markers = quality.fraction_markers(flags)
-    lines = [f"{'fraction':>8}  " + "  ".join(f"{c:>17}" for c in cols) + "  collapsed" + ("  flags" if markers else "")]
-    for frac, g in runs.groupby("fraction", sort=True):
+    any_marks = bool(markers)
+    width = max([len(str(p)) for p in runs["probe"].dropna().unique()] + [5]) if by_probe else 0
+    head = (f"{'probe':<{width}}  " if by_probe else "") + f"{'fraction':>8}  "
+    lines = [head + "  ".join(f"{c:>17}" for c in cols) + "  collapsed" + ("  flags" if any_marks else "")]
+    if by_probe:  # probes in grid order, fractions ascending within each
+        kinds = list(dict.fromkeys(runs["probe"].dropna()))
+        items = sorted(runs.groupby(["probe", "fraction"], sort=False),
+                       key=lambda item: (kinds.index(item[0][0]), float(item[0][1])))
+    else:
+        items = list(runs.groupby("fraction", sort=True))
+    for name, g in items:
+        probe, frac = name if by_probe else (None, name)
         cells = []
         for c in cols:
             v = pd.to_numeric(g[c], errors="coerce")
@@ -342,7 +517,8 @@ def compact_table(runs: pd.DataFrame, flags: list[dict] | None = None) -> str:
             n_deg = int((quality.as_bool(g["collapsed"]) == 1.0).sum())
         else:
             n_deg = int((quality.as_bool(g["degenerate"]) == 1.0).sum()) if "degenerate" in g else 0
-        mark = [m for m in markers.get(float(frac), []) if not m.startswith("collapsed")]
-        lines.append(f"{frac:>8g}  " + "  ".join(cells) + f"  {f'{n_deg}/{len(g)}':>9}" +
-                     (f"  {', '.join(mark)}" if mark else ""))
+        found = quality.cell_markers(flags, ids[g.index]) if by_probe else markers.get(float(frac), [])
+        mark = [m for m in found if not m.startswith("collapsed")]
+        lines.append((f"{str(probe):<{width}}  " if by_probe else "") + f"{frac:>8g}  " + "  ".join(cells) +
+                     f"  {f'{n_deg}/{len(g)}':>9}" + (f"  {', '.join(mark)}" if mark else ""))
     return "\n".join(lines)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from prism_plugin.contracts import RunTables, SummaryOutput  # noqa: F401  (SummaryOutput re-exported)
 from prism_plugin.errors import PrismError, suggest
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.plugins import host_or_shared
+from prism_plugin.registrars import DEFAULT_KEY_COLUMNS
 
 #: The built-in per-run table kinds (registered through ``register_tables``): file name in the
 #: results_v2 layout and the columns that must be present for the summaries to read it.
@@ -45,6 +47,22 @@ REFERENCE_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
 }
 
+
+#: Transfer tables of the runs of prism-run (not in the PRISM release) by the task's declared
+#: ``shift:`` kind. The release's ``transfer`` table (``ood_all_v2``) holds label-definition pairs
+#: and the report compares it with the PRISM label-definition bands; a transfer run of a task whose
+#: ``shift`` is ``covariate`` or ``prior``, or that declares none, is routed to its own table instead.
+SHIFT_TABLES: dict[str, str] = {
+    "covariate": "covariate_transfer",
+    "prior": "prior_transfer",
+}
+#: The ``shift`` value :func:`tables_from_results` gives a ``transfer`` row whose task declares no
+#: shift kind (the row stays in ``transfer``; the report says the kind is not declared and does not
+#: compare it with the label-definition bands). Release tables have no ``shift`` column: their
+#: ``transfer`` rows are label-definition pairs.
+UNDECLARED = "undeclared"
+#: The transfer tables whose rows carry ``shift`` (the routing of :func:`tables_from_results`).
+SHIFT_ROUTED_FROM = "transfer"
 
 #: Column renames from prism-run's runs.csv to the results_v2 schema, per built-in table.
 RESULTS_RENAMES: dict[str, dict[str, str]] = {
@@ -125,12 +143,17 @@ def tables_from_results(paths, host=None) -> RunTables:
             if df.empty:
                 continue
         table_col = df["reference_table"] if "reference_table" in df else pd.Series("indomain", index=df.index)
+        table_col = shift_routed(df, table_col)
         for table, rows in df.groupby(table_col, sort=False):
             if table not in kinds:
                 raise PrismError(f"{file}: unknown reference_table {table!r}{suggest(str(table), kinds.names())} "
                                  f"(table kinds: {', '.join(kinds.names())}; a plugin registers more with "
                                  "register_tables)")
             kind = kinds.get(table)
+            if table == SHIFT_ROUTED_FROM:  # a transfer row without a declared shift kind says so
+                shift = rows["shift"] if "shift" in rows else pd.Series(np.nan, index=rows.index)
+                rows = rows.copy()  # one consolidated frame, then one column set: never fragmented
+                rows["shift"] = shift.where(shift.notna() & (shift.astype(str) != ""), UNDECLARED)
             rows = rows.drop(columns=[c for c in kind.drops if c in rows])
             parts.setdefault(kind.name, []).append(rows.rename(columns=dict(kind.renames)))
     if not parts:
@@ -146,6 +169,23 @@ def tables_from_results(paths, host=None) -> RunTables:
             raise PrismError(f"the same run appears twice across the results given ({first}); pass each run once")
         out[table] = df
     return RunTables(out)
+
+
+def shift_routed(df: pd.DataFrame, table_col: pd.Series) -> pd.Series:
+    """The table of each runs.csv row with the ``shift`` routing applied: a row of the default
+    ``transfer`` table whose task declares ``shift: covariate`` / ``prior`` goes to
+    ``covariate_transfer`` / ``prior_transfer``; ``label_definition`` rows and rows of a task
+    without ``shift`` stay (see :data:`UNDECLARED`). Other tables (``camelyon17_transfer``, a
+    plugin's) are kept as the task file named them."""
+    routed = table_col.astype(object).copy()
+    is_default = routed == SHIFT_ROUTED_FROM
+    if not is_default.any():
+        return routed
+    shift = df["shift"] if "shift" in df else pd.Series(np.nan, index=df.index)
+    shift = shift.where(shift.notna(), "").astype(str).str.strip()
+    for kind, table in SHIFT_TABLES.items():
+        routed[is_default & (shift == kind)] = table
+    return routed
 
 
 def read_run_table(path: Path, required_columns: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -166,7 +206,8 @@ def read_run_table(path: Path, required_columns: tuple[str, ...] = ()) -> pd.Dat
 
 @hookimpl
 def register_tables(register) -> None:
-    """The five per-run tables of the PRISM release (results_v2)."""
+    """The five per-run tables of the PRISM release (results_v2), and the transfer tables of the runs
+    by declared shift kind (:data:`SHIFT_TABLES`)."""
     descriptions = {
         "indomain": "in-distribution runs (dataset x fraction x seed)",
         "transfer": "label-definition transfer runs (src -> tgt pair)",
@@ -177,3 +218,11 @@ def register_tables(register) -> None:
     for name, (file, columns) in REFERENCE_FILES.items():
         register(name, file, columns, renames=RESULTS_RENAMES.get(name, {}), drops=RESULTS_DROPS.get(name, ()),
                  description=descriptions.get(name, ""))
+    shift_descriptions = {
+        "covariate_transfer": "transfer runs of tasks with shift: covariate (site, scanner, stain; same labels); "
+                              "not compared with the PRISM label-definition bands",
+        "prior_transfer": "transfer runs of tasks with shift: prior (class proportions differ)",
+    }
+    for name, description in shift_descriptions.items():
+        register(name, f"{name}.csv", ("model", "src", "tgt", "pair", "fraction", "seed"),
+                 key_columns=DEFAULT_KEY_COLUMNS + ("split_seed",), description=description)

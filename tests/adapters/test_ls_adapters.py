@@ -10,7 +10,8 @@ from prism_plugin.plugins import PluginHost
 
 from .adapters_support import EIGHT, adapter_class
 
-HEADER = ("adapter", "dim", "resize/crop interp mean-std", "licence", "aliases", "description", "from")
+HEADER = ("adapter", "dim", "input", "resize/crop interp mean-std", "licence", "pretrained on", "aliases", "description",
+          "from")
 
 
 def _table(out: str) -> tuple[list[str], dict[str, str]]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from prism_plugin.cli import main_parser
 from prism_plugin.commands.model_args import model_specs, split_model
 from prism_plugin.errors import PrismError
-from tests.conftest import prism_run
+from tests.conftest import run_main
 
 
 def specs(*argv: str):
@@ -46,9 +47,9 @@ def test_ambiguous_and_malformed_forms_are_errors():
         split_model("A[pooling]")
 
 
-def test_ambiguous_model_args_is_one_line_from_prism_run():
-    proc = prism_run("--task", "prism_demo", "--model-args", "pooling=cls", "--model", "demo_vit",
-                     "--model", "demo_vit")
+def test_ambiguous_model_args_is_one_line_from_run_main():
+    proc = run_main("--task", "prism_demo", "--model-args", "pooling=cls", "--model", "demo_vit",
+                    "--model", "demo_vit")
     err = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(err) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert err[0].startswith("prism-run: error: --model-args pooling=cls comes before any --model")
@@ -57,11 +58,10 @@ def test_ambiguous_model_args_is_one_line_from_prism_run():
 
 def test_two_runs_of_one_adapter_with_their_own_args(tmp_path):
     out = tmp_path / "out"
-    proc = prism_run("--task", "prism_demo", "--model", "demo_vit", "--model-args", "pooling=cls,img_size=32",
-                     "--model", "demo_vit[pooling=mean]", "--model-args", "img_size=48",
-                     "--limit", "8", "--set", "label_fractions=[1.0]", "--set", "seeds=[42]",
-                     "--output", str(out), "--cache-dir", str(tmp_path / "cache"), "--quiet", "--no-report",
-                     timeout=600)
+    proc = run_main("--task", "prism_demo", "--model", "demo_vit", "--model-args", "pooling=cls,img_size=32",
+                    "--model", "demo_vit[pooling=mean]", "--model-args", "img_size=48",
+                    "--limit", "8", "--set", "label_fractions=[1.0]", "--set", "seeds=[42]",
+                    "--output", str(out), "--cache-dir", str(tmp_path / "cache"), "--quiet", "--no-report")
     assert proc.returncode == 0, proc.stderr
     dirs = sorted(p.parent for p in out.glob("prism_demo/*/summary.json"))
     assert [d.name for d in dirs] == ["DemoViT-Tiny-img_size-32-pooling-cls", "DemoViT-Tiny-img_size-48-pooling-mean"]
@@ -69,5 +69,7 @@ def test_two_runs_of_one_adapter_with_their_own_args(tmp_path):
     assert [(a["pooling"], a["img_size"]) for a in got] == [("cls", 32), ("mean", 48)]
     assert got[0]["preprocessing"]["crop"] == 32 and got[1]["preprocessing"]["crop"] == 48
     assert all((d / "runs.csv").is_file() for d in dirs)
+    # each option set is its own `model` in runs.csv, so compare / audit / report never merge the two
+    assert [pd.read_csv(d / "runs.csv").model.unique().tolist() for d in dirs] == [[d.name] for d in dirs]
     assert not list(out.rglob("report.html"))  # --no-report: neither report.html nor report.md
     assert not list(out.rglob("report.md"))

@@ -97,25 +97,14 @@ def test_unwritable_cache_is_one_line(tmp_path):
 
 def test_a_job_puts_demo_tiles_in_its_cache_dir_not_prism_cache_dir(tmp_path, monkeypatch):
     """An unusable $PRISM_CACHE_DIR beside a writable --cache-dir: the job's data go to the latter."""
-    from prism_plugin.embed.adapter import Adapter, Preprocessing
     from prism_plugin.embed.load import load_embeddings
     from prism_plugin.plugins import get_host
     from prism_plugin.runner import JobOptions
     from prism_plugin.tasks.index import default_index
 
-    class Means(Adapter):
-        name, display_name, embed_dim = "means", "Means", 3
-        preprocessing = Preprocessing(resize=16, crop=16, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0),
-                                      interpolation="bilinear")
+    from tests.conftest import mean_colour_adapter
 
-        def weights_fingerprint(self):
-            return "none"
-
-        def build(self, device):
-            pass
-
-        def forward(self, batch):
-            return batch.flatten(2).mean(dim=2)
+    Means = mean_colour_adapter(16)
 
     (tmp_path / "blocker").write_text("x")
     monkeypatch.setenv("PRISM_CACHE_DIR", str(tmp_path / "blocker" / "cache"))  # nothing can be written there

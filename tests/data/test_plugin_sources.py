@@ -131,7 +131,8 @@ def test_unknown_source_type_lists_the_closest_and_the_available_types(tmp_path)
     assert "tiles.yaml:4: source.type: 'imagefoldr' is not known; did you mean 'imagefolder'?" in msg
     known = msg.split("(known: ", 1)[1].rstrip(")").split(", ")
     assert known[-1] == "precomputed"
-    assert set(known) == {"imagefolder", "demo", "records", "h5", "npz", "hf", "camelyon17", "tile_list", "precomputed"}
+    assert set(known) == {"imagefolder", "demo", "records", "h5", "npz", "hf", "camelyon17", "hema_demo", "tile_list",
+                          "precomputed"}
     with pytest.raises(PrismError, match=r"source\.type 'nope' is not known .*known: .*tile_list"):
         source_class("nope", _plugin_host())
 
@@ -157,7 +158,7 @@ def test_builtin_types_are_registered_lazily_at_their_modules():
     assert where == {"imagefolder": "prism_plugin.data.folder", "demo": "prism_plugin.data.folder",
                      "records": "prism_plugin.data.records", "h5": "prism_plugin.data.arrays",
                      "npz": "prism_plugin.data.arrays", "hf": "prism_plugin.data.hf",
-                     "camelyon17": "prism_plugin.data.camelyon17"}
+                     "camelyon17": "prism_plugin.data.camelyon17", "hema_demo": "prism_plugin.data.hema_demo"}
     assert all(issubclass(reg.get(name), Source) and not reg.entry(name).lazy for name in reg.names())
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import REFERENCE, prism_run
+from tests.conftest import REFERENCE, run_main
 
 #: Derived tables shipped in results_v2: reproduced to 1e-12, same columns.
 SHIPPED = ["label_budget_accounting", "camelyon17_label_budget", "cri_variants_1", "cri_variants_100",
@@ -37,7 +37,7 @@ def reference_findings(tmp_path_factory) -> Path:
     if not REFERENCE.is_dir():
         pytest.skip(f"shared reference tables not found at {REFERENCE} (set PRISM_SHARED)")
     out = tmp_path_factory.mktemp("findings-ref")
-    proc = prism_run("findings", "--reference", str(REFERENCE), "--output", str(out), "--no-report", timeout=300)
+    proc = run_main("findings", "--reference", str(REFERENCE), "--output", str(out), "--no-report")
     assert proc.returncode == 0, proc.stderr
     assert "findings.json" in proc.stdout
     return out

@@ -7,7 +7,7 @@ import pytest
 
 from prism_plugin import evaluate
 from prism_plugin.errors import PrismError
-from tests.conftest import prism_run
+from tests.conftest import prism_run, run_main
 
 
 def ok_arrays(n=60, k=2, seed=0):
@@ -35,30 +35,30 @@ def test_unknown_task_suggests_closest():
 
 
 def test_unknown_adapter_suggests_closest():
-    proc = prism_run("--task", "prism_demo", "--model", "demo_vitt")
+    proc = run_main("--task", "prism_demo", "--model", "demo_vitt")
     assert_one_line_error(proc, "unknown adapter 'demo_vitt'", "'demo_vit'")
 
 
 def test_unknown_plugin_to_disable():
-    proc = prism_run("--task", "prism_demo", "--model", "demo_vit", "--disable", "calibrtion")
+    proc = run_main("--task", "prism_demo", "--model", "demo_vit", "--disable", "calibrtion")
     assert_one_line_error(proc, "unknown plugin 'calibrtion'", "'calibration'")
 
 
 def test_unknown_model_arg_names_accepted_ones():
-    proc = prism_run("--task", "prism_demo", "--model", "demo_vit", "--model-args", "pooling=cls,colour=red")
+    proc = run_main("--task", "prism_demo", "--model", "demo_vit", "--model-args", "pooling=cls,colour=red")
     assert_one_line_error(proc, "colour", "accepts")
 
 
 @pytest.mark.parametrize("value,needle", [("[0.0,0.5]", "label_fractions"), ("[1.5]", "(0, 1]"),
                                           ("[abc]", "label_fractions")])
 def test_fraction_outside_unit_interval(value, needle):
-    proc = prism_run("--task", "prism_demo", "--model", "demo_vit", "--set", f"label_fractions={value}")
+    proc = run_main("--task", "prism_demo", "--model", "demo_vit", "--set", f"label_fractions={value}")
     assert_one_line_error(proc, needle)
 
 
 def test_yaml_syntax_error_names_file_and_line(tmp_path):
     (tmp_path / "broken.yaml").write_text("task: broken\ndataset: X\nsplits: {train: [unclosed\n")
-    proc = prism_run("--task", str(tmp_path / "broken.yaml"), "--model", "demo_vit")
+    proc = run_main("--task", str(tmp_path / "broken.yaml"), "--model", "demo_vit")
     line = assert_one_line_error(proc, "broken.yaml:", "YAML syntax error")
     assert ":3" in line or ":4" in line
 
@@ -67,7 +67,7 @@ def test_schema_error_names_file_line_and_key(tmp_path):
     (tmp_path / "typo.yaml").write_text(
         "task: typo\ndataset: X\nclass_names: [a, b]\nsource: {type: demo}\n"
         "splits: {train: train, test: test}\nlabel_fraction: [0.1]\n")
-    proc = prism_run("validate", str(tmp_path / "typo.yaml"))
+    proc = run_main("validate", str(tmp_path / "typo.yaml"))
     assert proc.returncode == 1
     assert "typo.yaml:6" in proc.stderr and "'label_fraction'" in proc.stderr and "label_fractions" in proc.stderr
 
@@ -76,7 +76,7 @@ def test_yaml_python_tags_never_execute(tmp_path):
     marker = tmp_path / "pwned"
     (tmp_path / "evil.yaml").write_text(
         f"task: evil\ndataset: !!python/object/apply:os.system ['touch {marker}']\n")
-    proc = prism_run("validate", str(tmp_path / "evil.yaml"))
+    proc = run_main("validate", str(tmp_path / "evil.yaml"))
     assert proc.returncode == 1 and "not allowed" in proc.stderr
     assert not marker.exists()
 
@@ -126,19 +126,21 @@ def test_labels_out_of_range_for_task_classes():
 
 
 def test_corrupt_cache_entry_is_detected_and_recomputed(tmp_path):
+    # a private cache: the entry corrupted is this run's own (in-process runs; --limit keeps extraction short)
+    cache = tmp_path / "cache"
+    small = ["--task", "prism_demo", "--model", "demo_vit", "--quiet", "--no-report", "--limit", "24",
+             "--cache-dir", str(cache), "--set", "label_fractions=[1.0]", "--set", "seeds=[42]"]
     out = tmp_path / "r1"
-    prism_run("--task", "prism_demo", "--model", "demo_vit", "--output", str(out), "--quiet",
-              "--set", "label_fractions=[1.0]", "--set", "seeds=[42]", check=True)
+    run_main(*small, "--output", str(out), check=True)
     from prism_plugin.embed.cache import EmbeddingCache
 
-    entries = EmbeddingCache().entries()
-    assert entries
+    entries = EmbeddingCache(cache).entries()
+    assert len(entries) == 3  # train, val, test
     victim = entries[0].dir / "features.npy"
     data = bytearray(victim.read_bytes())
     data[-7] ^= 0xFF  # flip one byte of the last embedding
     victim.write_bytes(bytes(data))
     out2 = tmp_path / "r2"
-    proc = prism_run("--task", "prism_demo", "--model", "demo_vit", "--output", str(out2), "--quiet",
-                     "--set", "label_fractions=[1.0]", "--set", "seeds=[42]", check=True)
+    proc = run_main(*small, "--output", str(out2), check=True)
     assert "corrupt" in proc.stderr and "recomputing" in proc.stderr
     assert (out2 / "runs.csv").read_bytes() == (out / "runs.csv").read_bytes()

@@ -1,4 +1,5 @@
-"""`prism-run` in a subprocess: the offline demo, precomputed embeddings, a third-party package."""
+"""`prism-run` end to end: the offline demo (as a subprocess of the console script, then in-process reruns),
+precomputed embeddings, a third-party package (subprocesses: its entry points come from PYTHONPATH)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 
 from prism_plugin import evaluate
-from tests.conftest import prism_run
+from tests.conftest import prism_run, run_main
 
 HERE = Path(__file__).resolve().parent
 SMALL_GRID = ["--set", "label_fractions=[0.1,1.0]", "--set", "seeds=[42,123]"]
@@ -48,20 +49,20 @@ def test_demo_writes_a_complete_results_directory(demo_run):
 def test_rerun_reuses_cache_and_is_bit_identical(demo_run, tmp_path):
     out, _ = demo_run
     out2 = tmp_path / "again"
-    prism_run("--task", "prism_demo", "--model", "demo_vit", "--output", str(out2), "--quiet", check=True)
+    run_main("--task", "prism_demo", "--model", "demo_vit", "--output", str(out2), "--quiet", "--no-report", check=True)
     assert (out2 / "runs.csv").read_bytes() == (out / "runs.csv").read_bytes()
     summary = json.loads((out2 / "summary.json").read_text())
     assert set(summary["embedding_cache"].values()) == {"hit"}
     assert summary["timings"]["extracted_tiles"] == 0
     # same output directory again: every finished run is reused
-    prism_run("--task", "prism_demo", "--model", "demo_vit", "--output", str(out2), "--quiet", check=True)
+    run_main("--task", "prism_demo", "--model", "demo_vit", "--output", str(out2), "--quiet", "--no-report", check=True)
     assert len(json.loads((out2 / "summary.json").read_text())["reused_cells"]) == 18
 
 
 def test_multiclass_demo_runs(tmp_path):
     out = tmp_path / "mc"
-    prism_run("--task", "prism_demo_multiclass", "--model", "demo_vit", "--output", str(out), "--quiet",
-              *SMALL_GRID, check=True)
+    run_main("--task", "prism_demo_multiclass", "--model", "demo_vit", "--output", str(out), "--quiet",
+             "--limit", "48", *SMALL_GRID, check=True)
     runs = pd.read_csv(out / "runs.csv")
     assert runs.n_classes.unique().tolist() == [4] and runs.brier.isna().all() and runs.f1_binary.isna().all()
     assert len(runs) == 4
@@ -90,8 +91,8 @@ def test_precomputed_embeddings_end_to_end(tmp_path):
         "task: my_task\ndataset: MyData\nclass_names: [a, b, c]\nsource: {type: precomputed}\n"
         "splits: {train: train, val: val, test: test}\nlabel_fractions: [0.05, 1.0]\nseeds: [42, 123]\n")
     out = tmp_path / "out"
-    prism_run("--task", "my_task", "--include-path", str(tasks), "--model", "precomputed",
-              "--model-args", f"root={tmp_path / 'embeddings' / 'MyFM'}", "--output", str(out), "--quiet", check=True)
+    run_main("--task", "my_task", "--include-path", str(tasks), "--model", "precomputed",
+             "--model-args", f"root={tmp_path / 'embeddings' / 'MyFM'}", "--output", str(out), "--quiet", check=True)
     runs = pd.read_csv(out / "runs.csv")
     assert runs.model.unique().tolist() == ["MyFM"]
     expected = evaluate(arrays["train"], arrays["val"], arrays["test"], fractions=(0.05, 1.0), seeds=(42, 123))
@@ -124,10 +125,11 @@ def test_third_party_adapter_and_metric_via_entry_points(thirdparty_installed, t
     assert (runs.thirdparty_accuracy > 0.5).all()
     # disabling by name (flag and env var) removes its column
     out2 = tmp_path / "tp2"
+    fast = ["--no-report", "--set", "label_fractions=[1.0]", "--set", "seeds=[42]"]  # the cached embeddings
     prism_run("--task", "prism_demo", "--model", "thirdparty_colour", "--output", str(out2), "--quiet",
-              "--disable", "thirdparty_metrics", *SMALL_GRID, env=thirdparty_installed, check=True)
+              "--disable", "thirdparty_metrics", *fast, env=thirdparty_installed, check=True)
     assert "thirdparty_accuracy" not in pd.read_csv(out2 / "runs.csv")
     out3 = tmp_path / "tp3"
     prism_run("--task", "prism_demo", "--model", "thirdparty_colour", "--output", str(out3), "--quiet",
-              *SMALL_GRID, env={**thirdparty_installed, "PRISM_DISABLE_PLUGINS": "thirdparty_metrics"}, check=True)
+              *fast, env={**thirdparty_installed, "PRISM_DISABLE_PLUGINS": "thirdparty_metrics"}, check=True)
     assert "thirdparty_accuracy" not in pd.read_csv(out3 / "runs.csv")

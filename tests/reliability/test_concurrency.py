@@ -31,7 +31,7 @@ def test_three_runs_same_task_share_one_extraction(tmp_path, ref):
     folder are exercised by benchmarks/chaos.py.)"""
     cache = tmp_path / "cache"
     outs = [tmp_path / f"out{i}" for i in range(3)]
-    procs = [start(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(o)], tmp_path / f"{i}.log")
+    procs = [start(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output", str(o)], tmp_path / f"{i}.log")
              for i, o in enumerate(outs)]
     for p in procs:
         wait_ok(p)
@@ -50,7 +50,7 @@ def test_other_task_runs_while_cache_is_verified_and_evicted(tmp_path, ref, copy
     out_a, out_b = tmp_path / "a", tmp_path / "b"
     multi = ["--task", "prism_demo_multiclass", "--model", "demo_vit", "--set", "label_fractions=[0.5,1.0]",
              "--set", "seeds=[42]", "--limit", "32", "--num-workers", "0", "--quiet", "--no-report"]
-    a = start(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out_a)], tmp_path / "a.log")
+    a = start(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output", str(out_a)], tmp_path / "a.log")
     b = start(multi + ["--cache-dir", str(cache), "--output", str(out_b)], tmp_path / "b.log")
     rounds, errors = 0, []
     while a.poll() is None or b.poll() is None:

@@ -61,7 +61,7 @@ def test_kill_during_extraction_resumes_at_shard_granularity(tmp_path, ref, seed
     rng = random.Random(seed)
     cache, out = tmp_path / "cache", tmp_path / "out"
     kill_at = rng.randint(1, N_SHARDS - 1)
-    proc = start(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out)], tmp_path / "run1.log")
+    proc = start(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output", str(out)], tmp_path / "run1.log")
     assert kill_when(proc, lambda: shard_progress(cache) >= kill_at) == "killed"
     done, shards = intact_rows(cache)
     assert 0 < done < N_TILES, done
@@ -88,7 +88,7 @@ def test_kill_during_grid_recomputes_only_unfinished_cells(tmp_path, ref, copy_c
     rng = random.Random(seed)
     cache, out = copy_cache(), tmp_path / "out"
     kill_at = rng.randint(1, N_CELLS - 2)
-    proc = start(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out)], tmp_path / "run1.log")
+    proc = start(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output", str(out)], tmp_path / "run1.log")
     assert kill_when(proc, lambda: cell_progress(out) >= kill_at) == "killed"
     before = valid_cells(out)
     assert kill_at <= len(before) < N_CELLS
@@ -122,11 +122,11 @@ def resumable(tmp_path, ref, copy_cache):
 def test_changed_task_config_invalidates_cells_and_says_why(resumable, ref, capsys, monkeypatch):
     cache, out = resumable
     # finished runs of other inputs are not replaced without --overwrite: refused, naming the change
-    rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out),
+    rc, stdout, err = main_in_process(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output", str(out),
                                                     "--set", "probe.C=0.5"], capsys, monkeypatch)
     assert rc == 2 and "computed from other inputs (task config changed (probe)" in err and "--overwrite" in err
     assert (out / "runs.csv").read_bytes() == ref["runs"] and summary(out)["reused_cells"] == []
-    rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out),
+    rc, stdout, err = main_in_process(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output", str(out),
                                                     "--set", "probe.C=0.5", "--overwrite"], capsys, monkeypatch)
     assert rc == 0, err
     s = summary(out)
@@ -134,7 +134,7 @@ def test_changed_task_config_invalidates_cells_and_says_why(resumable, ref, caps
     assert "task config changed (probe)" in stdout
     assert (out / "runs.csv").read_bytes() != ref["runs"]
     # and back: the saved cells now hold C=0.5, so the original config recomputes them again
-    rc, stdout, _ = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out), "--overwrite"],
+    rc, stdout, _ = main_in_process(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output", str(out), "--overwrite"],
                                     capsys, monkeypatch)
     assert rc == 0 and "task config changed (probe)" in stdout
     assert (out / "runs.csv").read_bytes() == ref["runs"]
@@ -155,7 +155,7 @@ def test_changed_package_version_invalidates_cells(resumable, ref, capsys, monke
     cache, out = resumable
     real = runner.library_versions
     monkeypatch.setattr(runner, "library_versions", lambda: {**real(), "scikit-learn": "0.0-test"})
-    rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out), "--overwrite"],
+    rc, stdout, err = main_in_process(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output", str(out), "--overwrite"],
                                       capsys, monkeypatch)
     assert rc == 0, err
     assert summary(out)["reused_cells"] == []
@@ -166,7 +166,7 @@ def test_changed_package_version_invalidates_cells(resumable, ref, capsys, monke
 def test_disabled_metric_plugin_invalidates_cells(resumable, ref, capsys, monkeypatch):
     """Cells saved with another set of metric columns are not mixed into the table."""
     cache, out = resumable
-    rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out),
+    rc, stdout, err = main_in_process(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output", str(out),
                                                     "--disable", "collapse", "--overwrite"], capsys, monkeypatch)
     assert rc == 0, err
     assert summary(out)["reused_cells"] == []
@@ -213,7 +213,7 @@ def test_truncated_runs_csv_and_cells_are_recomputed(resumable, ref, capsys, mon
     edited = json.loads(cells[3].read_text())  # a hand edit of a number: valid JSON, wrong checksum
     edited["row"]["auroc"] = 0.5
     cells[3].write_text(json.dumps(edited))
-    rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out)], capsys, monkeypatch)
+    rc, stdout, err = main_in_process(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output", str(out)], capsys, monkeypatch)
     assert rc == 0, err
     s = summary(out)
     assert len(s["reused_cells"]) == N_CELLS - 4
@@ -245,7 +245,7 @@ def test_corrupt_cache_entry_is_detected_and_recomputed(resumable, ref, capsys, 
     f.write_bytes(bytes(data))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        rc, stdout, err = main_in_process(SMALL_ARGS + ["--cache-dir", str(cache), "--output", str(out)],
+        rc, stdout, err = main_in_process(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output", str(out)],
                                           capsys, monkeypatch)
     assert rc == 0, err
     text = err + " ".join(str(w.message) for w in caught)

@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 from prism_plugin.report.verdict import check_verdict, evidence_value
-from tests.conftest import REFERENCE, prism_run
+from tests.conftest import REFERENCE, run_main
 
 
 class _Report(HTMLParser):
@@ -58,7 +58,7 @@ def _valid_png(data: bytes) -> tuple[int, int]:
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("demo") / "results"
-    proc = prism_run("--task", "prism_demo", "--model", "demo_vit", "--output", str(out), "--quiet", timeout=600)
+    proc = run_main("--task", "prism_demo", "--model", "demo_vit", "--output", str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr[-2000:]
     return out
 

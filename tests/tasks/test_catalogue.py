@@ -29,7 +29,7 @@ def test_every_shipped_yaml_loads(index):
     for file in SHIPPED:
         cfg = index.load(str(file))
         assert cfg.name and Path(cfg.file).resolve() == file.resolve()
-    assert len(index.entries()) >= 6 + 5 + 6 + 20 + 4 + 12 + 3 and len(index.groups()) == 6
+    assert len(index.entries()) >= 6 + 5 + 6 + 20 + 4 + 12 + 3 and len(index.groups()) == 7
 
 
 def test_prism_run_validate_accepts_the_whole_catalogue(capsys):

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from tests.conftest import prism_run
+from tests.conftest import run_main
 
 
 def _images(root: Path, layout: dict[str, dict[str, int]], seed: int) -> None:
@@ -62,8 +62,8 @@ def test_group_of_tiny_tasks_runs_and_writes_one_table(tmp_path, capsys):
         tasks: [tiny_one, tiny_two, tiny_transfer]
         """))
     env = {"PRISM_DATA_DIR": str(data), "PRISM_CACHE_DIR": str(tmp_path / "cache")}
-    proc = prism_run("--task", "tinygroup", "--model", "demo_vit", "--include-path", str(tasks), "--limit", "8",
-                     "--output", str(out), "--no-report", "--quiet", "--num-workers", "0", env=env)
+    proc = run_main("--task", "tinygroup", "--model", "demo_vit", "--include-path", str(tasks), "--limit", "8",
+                    "--output", str(out), "--no-report", "--quiet", "--num-workers", "0", env=env)
     assert proc.returncode == 0, proc.stderr
     combined = pd.read_csv(out / "tinygroup" / "runs.csv")
     assert combined.task.tolist() == ["tiny_one", "tiny_two", "tiny_two", "tiny_transfer"]  # group order
@@ -96,9 +96,9 @@ def test_catalogue_task_reads_the_prism_embedding_release_layout(tmp_path):
         np.save(root / "lunghist700" / f"{split}_features.npy", (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32))
         np.save(root / "lunghist700" / f"{split}_labels.npy", y)
     out = tmp_path / "out"
-    proc = prism_run("--task", "prism_lunghist700", "--model", "precomputed", "--model-args", f"root={root}",
-                     "--set", "label_fractions=[0.25,1.0]", "--set", "seeds=[42]", "--output", str(out),
-                     "--no-report", "--quiet")
+    proc = run_main("--task", "prism_lunghist700", "--model", "precomputed", "--model-args", f"root={root}",
+                    "--set", "label_fractions=[0.25,1.0]", "--set", "seeds=[42]", "--output", str(out),
+                    "--no-report", "--quiet")
     assert proc.returncode == 0, proc.stderr
     runs = pd.read_csv(out / "runs.csv")
     assert runs.dataset.unique().tolist() == ["LungHist700"] and runs.model.unique().tolist() == ["UNI"]

@@ -1,4 +1,4 @@
-"""`prism-run compare` on a demo transfer results directory (subprocesses)."""
+"""`prism-run compare` on a demo transfer results directory (in-process `prism_plugin.cli.main`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import REFERENCE, prism_run
+from tests.conftest import REFERENCE, run_main
 
 MODEL = "DemoViT-Tiny"
 
@@ -17,8 +17,8 @@ MODEL = "DemoViT-Tiny"
 def demo_results(tmp_path_factory) -> Path:
     """The offline demo: the source task in distribution and the transfer task (reduced grid)."""
     out = tmp_path_factory.mktemp("compare") / "results"
-    prism_run("--task", "prism_demo", "--task", "prism_demo_transfer", "--model", "demo_vit", "--output", str(out),
-              "--set", "label_fractions=[0.5,1.0]", "--set", "seeds=[42,123]", "--quiet", "--no-report", check=True)
+    run_main("--task", "prism_demo", "--task", "prism_demo_transfer", "--model", "demo_vit", "--output", str(out),
+             "--set", "label_fractions=[0.5,1.0]", "--set", "seeds=[42,123]", "--quiet", "--no-report", check=True)
     return out
 
 
@@ -32,8 +32,8 @@ def shared_ref() -> Path:
 def test_compare_lists_the_demo_model_apart_from_the_eight(demo_results, shared_ref, tmp_path):
     """The demo's synthetic dataset is not a reference dataset: its model is shown, unranked, and why."""
     table_file = tmp_path / "ranked.csv"
-    proc = prism_run("compare", str(demo_results), "--reference", str(shared_ref), "--output", str(table_file),
-                     check=True)
+    proc = run_main("compare", str(demo_results), "--reference", str(shared_ref), "--output", str(table_file),
+                    check=True)
     text = proc.stdout
     ranked = pd.read_csv(table_file, index_col=0)
     assert len(ranked) == 9 and ranked.index[-1] == MODEL
@@ -76,8 +76,8 @@ def test_compare_lists_the_demo_model_apart_from_the_eight(demo_results, shared_
 
 def test_compare_imputes_the_reference_mean_stability_and_accepts_a_user_value(demo_results, shared_ref, tmp_path):
     out = tmp_path / "imputed.csv"
-    proc = prism_run("compare", str(demo_results / "prism_demo"), "--reference", str(shared_ref),
-                     "--aggregation", "worst_axis", "--output", str(out), check=True)
+    proc = run_main("compare", str(demo_results / "prism_demo"), "--reference", str(shared_ref),
+                    "--aggregation", "worst_axis", "--output", str(out), check=True)
     ranked = pd.read_csv(out, index_col=0)
     ref_mean = pd.read_csv(shared_ref / "cri_variants_100.csv", index_col=0)["ood_stability"].mean()
     assert ranked.at[MODEL, "ood_stability"] == pytest.approx(ref_mean, abs=1e-12)
@@ -86,8 +86,8 @@ def test_compare_imputes_the_reference_mean_stability_and_accepts_a_user_value(d
     assert ranked.loc[ranked["comparable"].astype(bool), "cri_worst_axis"].is_monotonic_decreasing
     assert ranked.index[-1] == MODEL and not ranked.at[MODEL, "comparable"]  # listed apart, not ranked
     # a user value, and the shipped paper figures when no per-run reference is at hand
-    proc = prism_run("compare", str(demo_results), "--ood-stability", "0.25", "--output", str(out),
-                     env={"PRISM_CACHE_DIR": str(tmp_path / "empty-cache")}, check=True)
+    proc = run_main("compare", str(demo_results), "--ood-stability", "0.25", "--output", str(out),
+                    env={"PRISM_CACHE_DIR": str(tmp_path / "empty-cache")}, check=True)
     ranked = pd.read_csv(out, index_col=0)
     assert len(ranked) == 7 and ranked.index[-1] == MODEL  # 6 paper models + yours, last with s = 0.25
     assert ranked.at[MODEL, "ood_stability"] == 0.25 and ranked.at[MODEL, "stability_source"] == "imputed (user)"

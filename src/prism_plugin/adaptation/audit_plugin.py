@@ -5,13 +5,16 @@
   tables (:mod:`prism_plugin.adaptation.audit`), under the stems ``audit_<table>``
   (``audit_rank_matrix``, ``audit_rank_transfer``, ``audit_calibration_summary``,
   ``audit_adaptation_methods``, ...). It runs when the caller asks for it with
-  ``options["audit"]`` (``True`` or ``{"fraction", "bootstrap", "seed", "compare"}``; ``prism-run
+  ``options["audit"]`` (``True`` or ``{"fraction", "bootstrap", "seed", "compare", "held_out_only"}``; ``prism-run
   audit`` does), so ordinary run reports are unchanged. The per-example tables (consensus and
   agreement-on-the-line selectors, paired bootstrap) read the ``artifacts/`` of the results
   directories given in ``options["results_dirs"]``; without them they are skipped with a note.
-* ``report_sections(view)`` shows those tables with two figures (in-domain vs target macro-F1 per
-  encoder with the rank change, and the mean adaptation gain per method with its range); it
-  returns nothing when the view has no audit tables.
+* ``report_sections(view)`` shows those tables with their figures (:mod:`.audit_figures`: the rank
+  change and the rank-transfer scatter with split-seed CIs, exposure badges, effective robustness,
+  reliability diagrams per calibration arm and the few-shot K curve, the mean adaptation gain per
+  method and its gain by prior and batch size, selector regret, per-class recall and confusion per
+  target, the shift mechanism); a figure whose table is missing is replaced by a "not shown" line
+  saying why. It returns nothing when the view has no audit tables.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ SECTION_PREFIX = "audit-"
 NOTE_PREFIX = "audit: "
 ORDER = 70  # after the PRISM sections, before the findings / notes
 #: the settings a user may give under ``options["audit"]``
-USER_KEYS = ("fraction", "bootstrap", "seed", "compare")
+USER_KEYS = ("fraction", "bootstrap", "seed", "compare", "held_out_only")
 #: settings a caller passes along with them (``host``: the plugin host whose adaptation registry
 #: gives the methods' order and traits)
 INTERNAL_KEYS = ("host",)
@@ -76,7 +79,7 @@ def summarize(tables, options):
                          "tables (consensus, agl_acc, paired bootstrap) are skipped")
     compare = [tuple(pair) for pair in (opts.get("compare") or ())]
     built, headline = audit.build(inp, B=int(opts.get("bootstrap") or stats.BOOTSTRAP_B), seed=int(opts.get("seed", 0)),
-                                  compare=compare)
+                                  compare=compare, held_out_only=bool(opts.get("held_out_only")))
     notes = list(headline.pop("notes", []))
     written = [name for name in audit.TABLES if not built[name].empty]
     # the headline is audit.json as `prism-run audit` writes it: the tables present and the notes
@@ -174,8 +177,29 @@ def _table(df: pd.DataFrame | None, cols: list[str] | None = None, n: int = 40) 
     return markdown_table(d.head(n)) + more
 
 
+def _figure(sec, name: str, caption: str, key: str, draw, *tables, mpl: bool = True, what: str = "") -> None:
+    """Add figure ``name`` drawn by ``draw(*tables)`` to ``sec``, or a "not shown" line saying why
+    (matplotlib missing: said once per section by the caller; table missing or empty: the reason)."""
+    from prism_plugin.adaptation import audit_figures as af
+
+    label = what or name.removeprefix("audit-").removesuffix(".png").replace("-", " ")
+    if not mpl:
+        from prism_plugin.report.basic import NO_MPL
+
+        if NO_MPL not in sec.not_shown:
+            sec.not_shown.append(NO_MPL)
+        return
+    png = draw(*tables) if any(t is not None for t in tables) else None
+    if png is None:
+        sec.not_shown.append(f"{label}: {af.NOT_SHOWN.get(key, 'its audit table is missing')}")
+        return
+    sec.figures[name] = png
+    sec.captions[name] = caption
+
+
 def audit_sections(view) -> list:
     """The audit's report sections (empty when the view holds no audit tables)."""
+    from prism_plugin.adaptation import audit_figures as af
     from prism_plugin.report import plots
     from prism_plugin.report.basic import NO_MPL as no_mpl
     from prism_plugin.report.sections import ReportSection
@@ -214,19 +238,80 @@ def audit_sections(view) -> list:
         rank.captions["audit-rank-transfer.png"] = (
             "In-domain (source held-out) vs target macro-F1 per encoder, seed means; #k is the rank (1 = best). "
             "Crossing lines are encoders whose rank changes under the acquisition shift.")
+        ci = any(str(c).endswith("_ci_low") for c in matrix.columns)
+        _figure(rank, "audit-rank-scatter.png",
+                "Target vs in-domain macro-F1 per encoder (dashed: y = x; below it the encoder loses under the shift)"
+                + ("; error bars: CI over the source split seeds." if ci else
+                   "; no split-seed CIs in rank_matrix (tasks without split_seeds)."),
+                "rank_scatter", af.rank_scatter, matrix, what="rank-transfer scatter")
     else:
         rank.not_shown.append(no_mpl)
     sections.append(rank)
 
-    cal = t("calibration_summary")
+    exposure = t("exposure")
+    exp = ReportSection("Pretraining exposure", "", order=ORDER, key=SECTION_PREFIX + "exposure",
+                        summary="in pretraining / held out / unknown per encoder × target")
+    if exposure is not None:
+        counts = exposure["exposure"].astype(str).value_counts()
+        intro_exp = ("Whether each encoder saw the target dataset in pretraining (matched against the task's "
+                     "`dataset` and `dataset_aliases`); `unknown` = the adapter declares no pretraining data. "
+                     + ", ".join(f"{k.replace('_', ' ')}: {int(v)}" for k, v in counts.items()) + " cells.")
+        exp.body = "\n\n".join([intro_exp, _table(exposure, ["model", "task", "target_dataset", "exposure",
+                                                             "matched"])])
+        import html as _html
+
+        exp.html = f"<p>{_html.escape(intro_exp)}</p>" + af.exposure_badges_html(exposure.head(200))
+    _figure(exp, "audit-exposure.png", "Exposure of each encoder × target dataset (badges as in the table).",
+            "exposure", af.exposure_figure, exposure, mpl=mpl, what="exposure grid")
+    if exposure is None and not mpl:
+        exp.not_shown.append(f"exposure: {af.NOT_SHOWN['exposure']}")
+    sections.append(exp)
+
+    er = t("effective_robustness")
+    ers = ReportSection("Effective robustness", "", order=ORDER, key=SECTION_PREFIX + "effective-robustness",
+                        summary="residual from the in-domain vs target line")
+    if er is not None:
+        caveats = [str(c) for c in er.get("caveat", pd.Series(dtype=str)).dropna().unique() if str(c).strip()]
+        ers.body = "\n\n".join(["Each encoder's target macro-F1 minus the least-squares line of target on in-domain "
+                                 "macro-F1 over encoders (`effective_robustness`); with a tiny in-domain spread the "
+                                 "line is ill-posed and the residuals mean little."
+                                 + (f" Caveat: {caveats[0]}" if caveats else ""),
+                                 _table(er, ["task", "probe", "model", "id_f1_macro", "f1_macro", "line_f1",
+                                             "effective_robustness", "x_spread", "caveat"])])
+    _figure(ers, "audit-effective-robustness.png",
+            "In-domain vs target macro-F1 with the fitted line (dashed); each stem is an encoder's effective "
+            "robustness (value in brackets).", "effective_robustness", af.effective_robustness_figure, er, mpl=mpl,
+            what="effective robustness")
+    if er is None and not mpl:
+        ers.not_shown.append(f"effective robustness: {af.NOT_SHOWN['effective_robustness']}")
+    sections.append(ers)
+
+    cal, cal_cells, rel = t("calibration_summary"), t("calibration_transfer"), t("reliability")
+    calsec = ReportSection("Calibration transfer across domains", "", order=ORDER + 1,
+                           key=SECTION_PREFIX + "calibration", summary="temperature and CBR arms")
     if cal is not None:
-        sections.append(ReportSection("Calibration transfer across domains", "\n\n".join([
+        calsec.body = "\n\n".join([
             "Top-label ECE, adaptive ECE, NLL and multiclass Brier per calibration arm, averaged over encoder × "
             "target cells; `cells_ece_improved` counts the cells where the arm lowers the raw probe's ECE.",
-            _table(cal)]), order=ORDER + 1, key=SECTION_PREFIX + "calibration", summary="temperature and CBR arms"))
+            _table(cal)])
+    _figure(calsec, "audit-reliability.png",
+            "Top-label reliability per calibration arm: accuracy vs mean confidence in 15 equal-width bins, pooled "
+            "over targets, encoders and split seeds (count-weighted); dashed: perfect calibration.",
+            "reliability", af.reliability_diagrams, rel, mpl=mpl, what="reliability diagrams")
+    _figure(calsec, "audit-k-curve.png",
+            "Few-shot target temperature: mean top-label ECE over encoder × target cells vs the number K of "
+            "labelled target samples (arms k<K>); horizontal lines: raw probe, source-fitted and oracle temperature.",
+            "k_curve", af.k_curve, cal_cells, mpl=mpl, what="few-shot K curve")
+    sections.append(calsec)
 
     methods, full = t("adaptation_methods"), t("adaptation_full")
-    if methods is not None or full is not None:
+    if methods is None and full is None:
+        none = ReportSection("Test-time adaptation", "", order=ORDER + 2, key=SECTION_PREFIX + "adaptation",
+                             summary="gain per method, range, cells hurt")
+        none.not_shown.append("gain per method and gain by prior and batch size: the runs have no adaptation "
+                              "columns (gain_<method>; the adaptation plugin was disabled or `adaptation: []`)")
+        sections.append(none)
+    else:
         parts = ["Macro-F1 gain of each test-time adaptation method over the unadapted probe. `oracle_cb` (and any "
                  "method registered with `needs_labels`) uses target labels: an upper bound, not deployable."]
         if methods is not None:
@@ -245,18 +330,60 @@ def audit_sections(view) -> list:
                 sec.figures["audit-adaptation-gain.png"] = png
                 sec.captions["audit-adaptation-gain.png"] = (
                     "Mean macro-F1 gain per adaptation method (bars, red when negative) with its range (whiskers).")
+            _figure(sec, "audit-gain-by-prior.png",
+                    "Mean macro-F1 gain per method (panel) vs the target batch size K, one line per class prior "
+                    "(mean over targets and encoders; below 0 the method hurts).",
+                    "gain_by_prior", af.gain_by_prior, t("adaptation_scenarios"), what="gain by prior and batch size")
         else:
             sec.not_shown.append(no_mpl)
         sections.append(sec)
 
     selectors, regret = t("selector_summary"), t("selector_regret")
-    if selectors is not None:
-        sections.append(ReportSection("Label-free encoder selection", "\n\n".join([
+    if selectors is not None or regret is not None:
+        selsec = ReportSection("Label-free encoder selection", "\n\n".join([
             "Spearman of each label-free score with the true target macro-F1 and the regret of selecting the "
             "encoder by it, on the whole target (`target`), balanced and skewed class priors; `id_acc` is selection "
             "by in-domain accuracy.", _table(selectors),
             f"Per task and prior: `selector_regret.csv` ({0 if regret is None else len(regret)} rows)."]),
-            order=ORDER + 3, key=SECTION_PREFIX + "selection", summary="selector Spearman and regret"))
+            order=ORDER + 3, key=SECTION_PREFIX + "selection", summary="selector Spearman and regret")
+        _figure(selsec, "audit-selector-regret.png",
+                "Regret of choosing the encoder by each label-free score (macro-F1 of the best encoder minus the "
+                "chosen one): mean over tasks and priors per condition, whisker to the largest.",
+                "selector_regret", af.selector_regret_figure, regret, mpl=mpl, what="selector regret")
+        sections.append(selsec)
+
+    pcr, conf = t("per_class_recall"), t("confusion")
+    cls = ReportSection("Per-class recall and confusion", "", order=ORDER + 5, key=SECTION_PREFIX + "per-class",
+                        summary="which classes fail on each target")
+    if pcr is not None or conf is not None:
+        cls.body = ("Recall per true class on each target (pooled over split and probe seeds) and, per target, the "
+                    "confusion of the encoder with the lowest mean recall there: a row is a true class, its cells the "
+                    "share predicted as each class (e.g. lymphocytes called neutrophils). Full tables: "
+                    "`per_class_recall.csv`, `confusion.csv`.")
+    _figure(cls, "audit-per-class-recall.png", "Recall per encoder (rows) and true class (columns), one panel per "
+            "target.", "per_class_recall", af.per_class_recall_figure, pcr, mpl=mpl, what="per-class recall")
+    _figure(cls, "audit-confusion.png", "Confusion matrix (row share) of the weakest encoder on each target.",
+            "confusion", af.confusion_figure, conf, mpl=mpl, what="confusion")
+    if pcr is None and conf is None and not mpl:
+        cls.not_shown.append(f"per-class recall and confusion: {af.NOT_SHOWN['per_class_recall']}")
+    sections.append(cls)
+
+    mech = t("mechanism")
+    msec = ReportSection("Shift mechanism", "", order=ORDER + 6, key=SECTION_PREFIX + "mechanism",
+                         summary="first-moment shift vs target drop, real and synthetic")
+    if mech is not None:
+        msec.body = "\n\n".join([
+            "Per encoder × target: the first-moment shift (RMS over features of the target-minus-source mean in "
+            "source SDs) beside the target drop (in-domain minus target macro-F1); synthetic targets (`perturb:`) "
+            "show whether a generated stain/blur/scale corruption reproduces the real shift.",
+            _table(mech, ["task", "probe", "model", "target_dataset", "synthetic", "first_moment_shift",
+                          "target_drop"])])
+    _figure(msec, "audit-mechanism.png", "First-moment shift vs target drop per encoder × target; circles: real "
+            "targets, open triangles: synthetic (perturbed) targets.", "mechanism", af.mechanism_scatter, mech,
+            mpl=mpl, what="mechanism scatter")
+    if mech is None and not mpl:
+        msec.not_shown.append(f"mechanism: {af.NOT_SHOWN['mechanism']}")
+    sections.append(msec)
 
     pb, diag = t("paired_bootstrap"), t("diagnostics")
     if pb is not None or diag is not None:

@@ -24,6 +24,11 @@ bounded-Brent NLL fit, :func:`prism_plugin.protocol.temperature.fit_temperature`
 * ``cbr``      probabilities of the probe on CBR-adapted target features (no temperature),
 * ``cbr_src``  CBR then the source T.
 
+Reliability diagrams: with ``reliability={}``, :func:`calibration_transfer` also fills, per arm, the
+top-label bin sums of :func:`reliability_sums` (15 equal-width bins; rows ``count``, ``sum of
+confidence``, ``sum of correct``; the K-shot arms summed over their draws), which the adaptation
+plugin saves in its per-run artifact and ``prism-run audit`` pools over runs exactly (sums add).
+
 The oracle and few-shot temperatures themselves are reported by the transfer-temperature plugin
 (``temperature_oracle``, ``temperature_fewshot_k<K>``); the adaptation plugin reports only the
 metrics of each arm (``calx_<arm>_<metric>``), never the same temperature twice.
@@ -44,6 +49,8 @@ FEW_SHOT_DRAWS = FEWSHOT_REPEATS
 METRICS = ("ece_top", "ece_adaptive", "nll", "brier")
 #: the arms of :func:`calibration_transfer`, in the order it returns them (``calx_<arm>_<metric>``)
 ARMS = ("raw", "src", "oracle", *(f"k{k}" for k in FEW_SHOT_KS), "cbr", "cbr_src")
+#: equal-width top-label bins of the reliability sums (the audit's 15)
+RELIABILITY_BINS = 15
 
 
 def top_label_ece(y: np.ndarray, proba: np.ndarray, n_bins: int = 15, scheme: str = "fixed") -> float:
@@ -61,6 +68,28 @@ def top_label_ece(y: np.ndarray, proba: np.ndarray, n_bins: int = 15, scheme: st
     s_conf = np.bincount(idx, weights=conf, minlength=len(edges) - 1)
     s_corr = np.bincount(idx, weights=correct, minlength=len(edges) - 1)
     return float(np.abs(s_corr - s_conf).sum() / n)
+
+
+def reliability_sums(y: np.ndarray, proba: np.ndarray, n_bins: int = RELIABILITY_BINS) -> np.ndarray:
+    """Top-label reliability bin sums, ``(3, n_bins)``: per equal-width bin ``[lo, hi)`` the number of
+    samples, the sum of their confidences (max_k p_k) and the number predicted correctly.
+
+    The last bin is closed (a confidence of exactly 1.0 counts in it; the ECE's bins leave it out),
+    so every sample is in one bin. Sums over runs pool exactly: confidence = row 1 / row 0,
+    accuracy = row 2 / row 0.
+    """
+    proba = np.asarray(proba, dtype=np.float64)
+    out = np.zeros((3, n_bins), dtype=np.float64)
+    if proba.shape[0] == 0:
+        return out
+    conf = proba.max(axis=1)
+    correct = (proba.argmax(axis=1) == np.asarray(y)).astype(np.float64)
+    edges = ece_bin_edges(conf, n_bins, "fixed")  # the ECE's bins (searchsorted as top_label_ece)
+    idx = np.clip(np.searchsorted(edges, conf, side="right") - 1, 0, n_bins - 1)
+    out[0] = np.bincount(idx, minlength=n_bins)
+    out[1] = np.bincount(idx, weights=conf, minlength=n_bins)
+    out[2] = np.bincount(idx, weights=correct, minlength=n_bins)
+    return out
 
 
 def calibration_metrics(y: np.ndarray, proba: np.ndarray, n_bins: int = 15) -> dict[str, float]:
@@ -86,9 +115,12 @@ def few_shot_draws(y: np.ndarray, k: int, draws: int, seed: int) -> list[np.ndar
 
 
 def few_shot_temperature(logits: np.ndarray, y: np.ndarray, k: int, *, draws: int = FEW_SHOT_DRAWS,
-                         seed: int = 0, bounds: tuple[float, float] = T_BOUNDS, n_bins: int = 15
-                         ) -> tuple[float, dict[str, float]]:
-    """Mean T over draws and the mean metrics on the held-out rest (NaN when K >= N)."""
+                         seed: int = 0, bounds: tuple[float, float] = T_BOUNDS, n_bins: int = 15,
+                         reliability: np.ndarray | None = None) -> tuple[float, dict[str, float]]:
+    """Mean T over draws and the mean metrics on the held-out rest (NaN when K >= N).
+
+    ``reliability``: a ``(3, bins)`` array the held-out rests' :func:`reliability_sums` are added to.
+    """
     logits = np.asarray(logits, dtype=np.float64)
     y = np.asarray(y, dtype=np.int64)
     sets = few_shot_draws(y, k, draws, seed)
@@ -101,7 +133,10 @@ def few_shot_temperature(logits: np.ndarray, y: np.ndarray, k: int, *, draws: in
         mask[:] = True
         mask[idx] = False
         ts.append(t)
-        rows.append(calibration_metrics(y[mask], scaled(logits[mask], t), n_bins))
+        p = scaled(logits[mask], t)
+        rows.append(calibration_metrics(y[mask], p, n_bins))
+        if reliability is not None:
+            reliability += reliability_sums(y[mask], p, reliability.shape[1])
     return float(np.mean(ts)), {m: float(np.mean([r[m] for r in rows])) for m in METRICS}
 
 
@@ -117,27 +152,48 @@ def calibration_transfer(
     seed: int = 0,
     bounds: tuple[float, float] = T_BOUNDS,
     n_bins: int = 15,
+    reliability: dict[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    """Metrics per arm (``raw``, ``src``, ``oracle``, ``k<K>``, ``cbr``, ``cbr_src``) and the temperatures."""
+    """Metrics per arm (``raw``, ``src``, ``oracle``, ``k<K>``, ``cbr``, ``cbr_src``) and the temperatures.
+
+    ``reliability``: a dict filled with each computed arm's :func:`reliability_sums` (arms that are
+    NaN, e.g. ``src`` without a source temperature or ``k<K>`` with K >= N, are left out).
+    """
     y = np.asarray(y, dtype=np.int64)
     logits = np.asarray(logits, dtype=np.float64)
     nan_row = {m: float("nan") for m in METRICS}
     arms: dict[str, dict[str, float]] = {}
     temps: dict[str, float] = {}
-    arms["raw"] = calibration_metrics(y, scaled(logits, neutral_temperature), n_bins)
+
+    def arm(name: str, lg: np.ndarray, t: float) -> None:
+        p = scaled(lg, t)
+        arms[name] = calibration_metrics(y, p, n_bins)
+        if reliability is not None:
+            reliability[name] = reliability_sums(y, p)
+
+    arm("raw", logits, neutral_temperature)
     src_ok = np.isfinite(source_temperature)
-    arms["src"] = calibration_metrics(y, scaled(logits, source_temperature), n_bins) if src_ok else dict(nan_row)
+    if src_ok:
+        arm("src", logits, source_temperature)
+    else:
+        arms["src"] = dict(nan_row)
     t_oracle = fit_temperature(logits, y, bounds)
     temps["oracle"] = t_oracle
-    arms["oracle"] = calibration_metrics(y, scaled(logits, t_oracle), n_bins)
+    arm("oracle", logits, t_oracle)
     for k in ks:
-        t_k, row = few_shot_temperature(logits, y, int(k), draws=draws, seed=seed, bounds=bounds, n_bins=n_bins)
+        sums = np.zeros((3, RELIABILITY_BINS)) if reliability is not None else None
+        t_k, row = few_shot_temperature(logits, y, int(k), draws=draws, seed=seed, bounds=bounds, n_bins=n_bins,
+                                        reliability=sums)
         temps[f"k{k}"] = t_k
         arms[f"k{k}"] = row
+        if sums is not None and sums[0].sum() > 0:
+            reliability[f"k{k}"] = sums
     if cbr_logits is not None:
-        arms["cbr"] = calibration_metrics(y, scaled(cbr_logits, neutral_temperature), n_bins)
-        arms["cbr_src"] = (calibration_metrics(y, scaled(cbr_logits, source_temperature), n_bins)
-                           if src_ok else dict(nan_row))
+        arm("cbr", cbr_logits, neutral_temperature)
+        if src_ok:
+            arm("cbr_src", cbr_logits, source_temperature)
+        else:
+            arms["cbr_src"] = dict(nan_row)
     return arms, temps
 
 
@@ -148,5 +204,5 @@ def flatten(arms: Mapping[str, Mapping[str, float]], temps: Mapping[str, float],
     return out
 
 
-__all__ = ["top_label_ece", "calibration_metrics", "few_shot_temperature", "calibration_transfer", "flatten",
-           "ARMS", "FEW_SHOT_KS", "METRICS", "EPS_LOG"]
+__all__ = ["top_label_ece", "reliability_sums", "calibration_metrics", "few_shot_temperature", "calibration_transfer", "flatten",
+           "ARMS", "FEW_SHOT_KS", "METRICS", "RELIABILITY_BINS", "EPS_LOG"]

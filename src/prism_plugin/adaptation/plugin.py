@@ -13,8 +13,11 @@ target evaluation split):
 * ``id_f1_macro``, ``id_accuracy`` - the probe on the held-out **source** split (val): the
   in-domain score used for rank transfer and in-domain selection.
 * ``f1_macro_<m>``, ``gain_<m>`` (= ``f1_macro_<m> - f1_macro``), ``ece_<m>`` (top-label, fixed
-  bins), ``nll_<m>`` - every adaptation method on the whole target as one batch. ``oracle_cb`` uses
-  target labels (upper bound).
+  bins), ``nll_<m>``, ``brier_<m>`` (multiclass Brier) - every adaptation method on the whole target
+  as one batch. ``oracle_cb`` uses target labels (upper bound).
+* ``first_moment_shift`` - the RMS over features of ``(mean target - mean source train) / SD source
+  train`` (source-standardised units, a zero SD counted as 1): the size of the embedding's first-moment
+  shift, beside the target drop in the audit's ``mechanism`` table (``sel_neg_shift`` is its negative).
 * ``calx_<arm>_<metric>`` - calibration transfer (``calibration``): arms ``raw``, ``src``, ``oracle``,
   ``k4``, ``k8``, ``k16``, ``k32``, ``cbr``, ``cbr_src``; metrics ``ece_top``, ``ece_adaptive``,
   ``nll``, ``brier`` (see :mod:`.calibration`).
@@ -27,8 +30,13 @@ target evaluation split):
   retrained after removing the source-target mean direction, ``projection``).
 
 When the run carries an ``artifact_dir``, per-example target and source-val predictions are saved
-there (``<task>--f<fraction>-s<seed>.npz``) for the cross-encoder analyses of ``prism-run audit``
-(consensus, agreement-on-the-line, paired bootstrap).
+there (``<task>--<run_id>.npz``, the run's cell id, e.g. ``f1-s0``; ``<task>--f<fraction>-s<seed>.npz``
+for a run context without ``run_id``) for the cross-encoder analyses of ``prism-run audit``
+(consensus, agreement-on-the-line, paired bootstrap, per-class recall and confusion), with the
+run's identity (model, task, probe, fraction, seed, split_seed, run_id) and, when calibration
+transfer ran, each arm's top-label reliability bin sums (``reliability``, ``(arms, 3, 15)``: count,
+sum of confidence, sum correct, :func:`prism_plugin.adaptation.calibration.reliability_sums`; the
+arms' names in ``reliability_arms``).
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ from prism_plugin.adaptation.tta import (BUILTIN_METHODS, AdaptationInputs, cbr_
                                          source_moments)
 from prism_plugin.errors import UnknownNameError
 from prism_plugin.hookspecs import hookimpl
-from prism_plugin.metrics.core import nll
+from prism_plugin.metrics.core import multiclass_brier, nll
 from prism_plugin.plugins import host_or_shared
 from prism_plugin.results import atomic_write_bytes
 
@@ -95,9 +103,21 @@ def selected_analyses(meta: Mapping[str, Any], host=None) -> tuple[str, ...]:
     return ()
 
 
-def artifact_name(task: str, fraction: float, seed: int) -> str:
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in task)
-    return f"{safe}--f{fraction:g}-s{seed}.npz"
+def safe_name(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(text))
+
+
+def artifact_name(task: str, fraction: float, seed, run_id: str | None = None) -> str:
+    """``<task>--<run_id>.npz``; without a run id ``<task>--f<fraction>-s<seed>.npz`` (``seed`` may
+    be ``"*"`` for a glob pattern)."""
+    if run_id:
+        return f"{safe_name(task)}--{safe_name(run_id)}.npz"
+    return f"{safe_name(task)}--f{fraction:g}-s{seed}.npz"
+
+
+def first_moment_shift(X_target: np.ndarray, source_mean: np.ndarray, source_std: np.ndarray) -> float:
+    """RMS over features of ``(mean target - source mean) / source SD`` (give a zero SD as 1)."""
+    return -sel.neg_shift(X_target, source_mean, source_std)
 
 
 @hookimpl
@@ -142,6 +162,8 @@ class AuditRun:
         self.base_proba = np.asarray(run.proba_test, dtype=np.float64)
         self.f1_base = f1_macro(self.y, self.base_proba.argmax(axis=1))
         self.cache: dict = {}
+        #: calibration arm -> reliability bin sums (filled by calibration_columns)
+        self.reliability: dict[str, np.ndarray] = {}
         #: the chosen methods, registry order, resolved once for every batch they adapt
         self.methods = {m: resolve_method(m, self.host) for m in config.names("method", self.host)
                         if m in self.chosen}
@@ -154,13 +176,16 @@ class AuditRun:
         for m in methods:
             a = self.adapt(m, self.X, base_proba=self.base_proba, y_true=self.y, cache=self.cache)
             if a.proba is None:
-                out.update({f"f1_macro_{m}": NAN, f"gain_{m}": NAN, f"ece_{m}": NAN, f"nll_{m}": NAN})
+                out.update({f"f1_macro_{m}": NAN, f"gain_{m}": NAN, f"ece_{m}": NAN, f"nll_{m}": NAN,
+                            f"brier_{m}": NAN})
                 continue
             f = f1_macro(self.y, a.pred)
             out[f"f1_macro_{m}"] = f
             out[f"gain_{m}"] = f - self.f1_base
             out[f"ece_{m}"] = cal.top_label_ece(self.y, a.proba, self.run.ece_bins, "fixed")
             out[f"nll_{m}"] = nll(self.y, a.proba)
+            out[f"brier_{m}"] = multiclass_brier(self.y, a.proba)
+        out["first_moment_shift"] = first_moment_shift(self.X, self.source.mean, self.source.std)
         if "calibration" in self.chosen:
             out.update(self.calibration_columns())
         if "selectors" in self.chosen:
@@ -191,7 +216,7 @@ class AuditRun:
         arms, _temps = cal.calibration_transfer(
             run.logits_test, self.y, source_temperature=run.temperature("val"),
             neutral_temperature=run.neutral_temperature, cbr_logits=self._cbr_logits(), seed=run.seed,
-            bounds=tuple(run.t_bounds), n_bins=run.ece_bins,
+            bounds=tuple(run.t_bounds), n_bins=run.ece_bins, reliability=self.reliability,
         )
         return {f"calx_{arm}_{m}": v for arm, row in arms.items() for m, v in row.items()}
 
@@ -245,10 +270,20 @@ class AuditRun:
             "task": np.array(run.task),
             "seed": np.array(run.seed),
             "fraction": np.array(run.fraction),
+            "probe": np.array(str(getattr(self.run.features, "head_kind", "") or "")),
         }
+        split_seed = getattr(run, "split_seed", None)
+        if split_seed is not None:
+            arrays["split_seed"] = np.array(int(split_seed))
+        run_id = getattr(run, "run_id", None) or None
+        if run_id:
+            arrays["run_id"] = np.array(str(run_id))
+        if self.reliability:
+            arrays["reliability_arms"] = np.array(list(self.reliability))
+            arrays["reliability"] = np.stack([np.asarray(v, dtype=np.float64) for v in self.reliability.values()])
         if self.val_y is not None:
             arrays["y_val"] = self.val_y.astype(np.int32)
             arrays["pred_val"] = self.val_pred.astype(np.int32)
         buf = io.BytesIO()
         np.savez_compressed(buf, **arrays)
-        atomic_write_bytes(folder / artifact_name(run.task, run.fraction, run.seed), buf.getvalue())
+        atomic_write_bytes(folder / artifact_name(run.task, run.fraction, run.seed, run_id), buf.getvalue())

@@ -3,11 +3,14 @@
 Combines results directories written by ``prism-run`` (any number of models, transfer tasks and
 probe heads; found by :func:`prism_plugin.tables.find_runs_files`, a group folder read through its
 members) and writes, under ``--output`` (default: ``<first RESULTS_DIR>/audit``),
-``rank_matrix.csv``, ``rank_transfer.csv``, ``calibration_transfer.csv``,
-``calibration_summary.csv``, ``adaptation_full.csv``, ``adaptation_scenarios.csv``,
-``adaptation_methods.csv``, ``selector_regret.csv``, ``selector_summary.csv``,
-``paired_bootstrap.csv``, ``diagnostics.csv`` (empty tables are skipped), ``audit.json`` (headline
-numbers and notes), ``audit.md`` (the audit sections) and the report of those runs,
+one CSV per table of :data:`prism_plugin.adaptation.audit.TABLES` (``rank_matrix.csv``,
+``rank_transfer.csv``, ``exposure.csv``, ``effective_robustness.csv``, ``calibration_transfer.csv``,
+``calibration_summary.csv``, ``reliability.csv``, ``adaptation_full.csv``,
+``adaptation_scenarios.csv``, ``adaptation_methods.csv``, ``selector_regret.csv``,
+``selector_summary.csv``, ``paired_bootstrap.csv``, ``per_class_recall.csv``, ``confusion.csv``,
+``mechanism.csv``, ``diagnostics.csv``; empty tables are skipped), ``audit.json`` (headline numbers,
+the tables written and notes), ``audit.md`` (the audit sections and a list of the tables written)
+and the report of those runs,
 ``report.html`` + ``report.md`` (every report plugin's sections, the audit's among them, with
 figures in ``figures/``). The tables are computed by the audit's summary plugin
 (:mod:`prism_plugin.adaptation.audit_plugin`, summary stems ``audit_<table>``); see
@@ -25,8 +28,10 @@ from prism_plugin.errors import PrismError
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "audit", help="acquisition-shift audit tables from results directories",
-        description="Rank transfer, calibration transfer, adaptation under class priors, label-free selector regret, "
-                    "paired bootstrap and diagnostics, from the runs of several models on source->target tasks.")
+        description="Rank transfer (means and CIs over source split seeds), pretraining exposure, effective robustness, "
+                    "calibration transfer with reliability diagrams, adaptation under class priors, label-free selector "
+                    "regret, paired bootstrap, per-class recall and confusion, first-moment shift vs target drop and "
+                    "diagnostics, from the runs of several models on source->target tasks.")
     p.add_argument("results_dirs", nargs="+", type=Path, metavar="RESULTS_DIR",
                    help="results directories (or folders containing them) written by prism-run")
     p.add_argument("--output", type=Path, default=None, metavar="DIR",
@@ -37,14 +42,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--compare", action="append", default=[], metavar="A:B",
                    help="paired bootstrap only for these model pairs (repeatable; default: every pair)")
+    p.add_argument("--held-out-only", action="store_true",
+                   help="rank_transfer, rank_matrix, selector_regret and effective_robustness from the encoder x "
+                        "target cells held out of the encoder's pretraining only (exposure.csv lists every cell)")
     return p
 
 
 def run(args) -> int:
     from prism_plugin.adaptation import audit, audit_plugin
     from prism_plugin.commands import host_of
-    from prism_plugin.report.build import (FIGURES, build_view, compute_summaries, models_title, summary_options,
-                                           write_view)
+    from prism_plugin.report.build import (FIGURES, build_view, compute_summaries, models_title, probes_apart,
+                                           summary_options, write_view)
     from prism_plugin.results import atomic_write_text, dumps, write_csv
     from prism_plugin.summaries.engine import plugin_name_of, run_summaries
     from prism_plugin.tables import tables_from_results
@@ -69,22 +77,26 @@ def run(args) -> int:
     options, option_notes = summary_options({"results_dirs": dirs}, host, dirs)
     audit_opts = {"fraction": args.fraction, "bootstrap": args.bootstrap, "seed": args.seed, "compare": compare,
                   "host": host}
+    if getattr(args, "held_out_only", False):
+        audit_opts["held_out_only"] = True
     # the audit itself first: its errors stop the command
     summaries = run_summaries(run_tables, {**options, "audit": audit_opts}, host, only=[name])
     # the rest of the report's summaries (the audit plugin, not asked, adds nothing): a failure is a note
-    summaries, failed = compute_summaries(run_tables, options, host, into=summaries)
+    # (each probe its own line there: the audit's tables keep the probe as a column of their own)
+    report_tables = probes_apart(run_tables)
+    summaries, failed = compute_summaries(report_tables, options, host, into=summaries)
     summaries.notes.extend(option_notes + failed)
     headline = summaries.headline["audit"]  # audit.json: the headline numbers, the tables written, the notes
     out = args.output or (args.results_dirs[0] / "audit")
     for table in headline["tables"]:
         write_csv(out / f"{table}.csv", summaries.tables[audit_plugin.stem(table)])
     atomic_write_text(out / "audit.json", dumps(headline))
-    view = build_view(out, host, sources=dirs, run_tables=run_tables, summaries=summaries, tables_dir=out,
+    view = build_view(out, host, sources=dirs, run_tables=report_tables, summaries=summaries, tables_dir=out,
                       options={**options, "audit": audit_opts},
                       title=models_title("Acquisition-shift audit", headline["models"]))
     target, sections = write_view(view, host)
     audit_md = audit_plugin.to_markdown([s for s in sections if audit_plugin.is_audit_section(s)], headline, FIGURES)
-    atomic_write_text(out / "audit.md", audit_md)
+    atomic_write_text(out / "audit.md", audit_md.rstrip("\n") + "\n\n" + audit.tables_markdown(headline["tables"]))
     print(f"audit of {headline['n_runs']} runs ({len(headline['models'])} models, {len(headline['tasks'])} tasks): "
           f"{', '.join(headline['tables'])}")
     for note in headline["notes"]:

@@ -4,9 +4,10 @@ Every catalogue of prism-plugin is a registry that plugins fill (see :mod:`prism
 ``prism-run ls`` lists the registries, ``prism-run ls NAME`` one of them with each entry's origin
 (the plugin's distribution, or "built in"), aliases and description, plus per registry:
 
-* ``adapters``: embedding dimension, preprocessing (``resize/crop interpolation mean-std``) and
-  licence, from what the adapter declared at registration (``dim``, ``preprocessing``,
-  ``licence``) or else from the adapter class's attributes. No model is built and no heavy library
+* ``adapters``: embedding dimension, input size, preprocessing (``resize/crop interpolation
+  mean-std``), licence and pretraining data, from what the adapter declared at registration
+  (``dim``, ``input``, ``preprocessing``, ``licence``, ``pretraining_data``) or else from the adapter
+  class's attributes (``pretraining_data``: ``-`` = not declared, ``none`` = declared empty). No model is built and no heavy library
   is imported; families (``timm:<name>``) are "per model"; "at build" means the adapter learns it
   when it builds its network.
 * ``heads``: traits (``seed_invariant``, ``linear``); ``adaptation``: role and whether it runs by
@@ -62,16 +63,20 @@ def _object_path(entry) -> str:
 
 # -- adapters ------------------------------------------------------------------------------
 def adapter_facts(entry) -> dict[str, str]:
-    """``dim``, ``preprocessing`` and ``licence`` of an adapter entry, as ``ls adapters`` shows them.
+    """``dim``, ``input``, ``preprocessing``, ``licence`` and ``pretraining`` of an adapter entry, as
+    ``ls adapters`` shows them.
 
     Registration meta first; else the attributes of the adapter class (a FoundationAdapter's
-    default pooling width and ``prism_main`` profile, a plain Adapter's ``embed_dim`` and
-    ``preprocessing``); families are "per model". Nothing is built or imported.
+    default pooling width and default profile, a plain Adapter's ``embed_dim`` and
+    ``preprocessing``, ``pretraining_data``); the input size is the preprocessing's crop; families
+    are "per model". Nothing is built or imported.
     """
     meta = entry.meta
     family = entry.name.endswith(":")
     cls = _adapter_class(_loaded(entry))
     dim, prep, licence = meta.get("dim"), meta.get("preprocessing"), meta.get("licence")
+    size = meta.get("input")
+    pretraining = meta.get("pretraining_data", _UNDECLARED)
     if cls is not None:
         if dim is None:
             dim = _class_dim(cls)
@@ -79,15 +84,41 @@ def adapter_facts(entry) -> dict[str, str]:
             prep = _class_preprocessing(cls)
         if licence is None:
             licence = getattr(cls, "licence", "") or None
+        if pretraining is _UNDECLARED:
+            pretraining = getattr(cls, "pretraining_data", None)
     features = cls is not None and getattr(cls, "input_kind", "images") == "features"
+    if size is None and prep is not None and not isinstance(prep, str):
+        size = _crop_of(prep)
     if features:
         dim = dim or "from files"
         prep = prep or "none (features)"
+        size = size or "-"
     return {
         "dim": str(dim) if dim else (PER_MODEL if family else AT_BUILD),
+        "input": str(size) if size else (PER_MODEL if family else AT_BUILD),
         "preprocessing": format_preprocessing(prep) if prep else (PER_MODEL if family else AT_BUILD),
         "licence": str(licence) if licence else (PER_MODEL if family else "-"),
+        "pretraining": format_pretraining(pretraining, family),
     }
+
+
+_UNDECLARED = object()
+
+
+def _crop_of(prep) -> Any:
+    if hasattr(prep, "crop"):
+        return prep.crop
+    return prep.get("crop") if isinstance(prep, dict) else None
+
+
+def format_pretraining(value: Any, family: bool = False) -> str:
+    """``("A", "B")`` -> ``A+B``; ``()`` -> ``none``; not declared -> ``-`` (``per model`` for a family)."""
+    if value is _UNDECLARED or value is None:
+        return PER_MODEL if family else "-"
+    if isinstance(value, str):
+        return value.strip() or "none"
+    names = [str(v) for v in value]
+    return "+".join(names) if names else "none"
 
 
 def _adapter_class(obj):
@@ -117,7 +148,8 @@ def _class_dim(cls):
 def _class_preprocessing(cls):
     profiles = getattr(cls, "profiles", None)
     if profiles:
-        return profiles.get("prism_main") or next(iter(profiles.values()))
+        return (profiles.get(getattr(cls, "default_profile", "prism_main")) or profiles.get("prism_main")
+                or next(iter(profiles.values())))
     if _declared_below_base(cls, "preprocessing"):
         return getattr(cls, "preprocessing", None)
     return None
@@ -195,8 +227,9 @@ def _adapter_columns() -> tuple[Column, ...]:
     def fact(key: str) -> Callable[[Any], str]:
         return lambda e: adapter_facts(e)[key]
 
-    return (("adapter", _adapter_name), ("dim", fact("dim")), ("resize/crop interp mean-std", fact("preprocessing")),
-            ("licence", fact("licence")), ALIASES_COLUMN, ("description", lambda e: e.description))
+    return (("adapter", _adapter_name), ("dim", fact("dim")), ("input", fact("input")),
+            ("resize/crop interp mean-std", fact("preprocessing")), ("licence", fact("licence")),
+            ("pretrained on", fact("pretraining")), ALIASES_COLUMN, ("description", lambda e: e.description))
 
 
 def _index(host, args):

@@ -45,7 +45,7 @@ def run(args) -> int:
 
     from prism_plugin.executors import make_executor
     from prism_plugin.results import check_grid_kept, order_columns, write_csv
-    from prism_plugin.runner import JobOptions, check_before_work, compact_table, make_adapter, run_job
+    from prism_plugin.runner import JobOptions, check_before_work, compact_table, make_adapter, planned_runs, run_job
     from prism_plugin.tasks.index import default_index
     from prism_plugin.tasks.sweep import expand_sweeps
 
@@ -55,12 +55,15 @@ def run(args) -> int:
     host = host_of(args)
     index = default_index(host, args.include_path)
     overrides = list(args.overrides) + ([f"probe.backend={args.probe_backend}"] if args.probe_backend else [])
-    overrides += [f"probe.kind={args.probe}"] if args.probe else []
+    # --probe KIND: exactly that one probe (it replaces a task's `probes:` list, e.g. the hematology audit's)
+    overrides += [f"probe.kind={args.probe}", "probes=null"] if args.probe else []
     jobs = index.expand_args(args.task, overrides)  # groups expand to members; every task validated before any work
     jobs = expand_sweeps(jobs, host)  # `sweep:` -> one task variant per value (prism_plugin.tasks.sweep)
     specs: list[tuple[str, dict[str, Any]]] = list(args.models)
     adapters = [make_adapter(host, name, model_args) for name, model_args in specs]
     labels = output_names(adapters, specs)
+    for adapter, label in zip(adapters, labels):  # one model run with several option sets: each its own
+        adapter.display_name = label              # `model` value too (compare, audit and report tell them apart)
     executor = make_executor(args.executor, args.jobs, args.address)
     single = len(jobs) == 1 and len(adapters) == 1 and not jobs[0][0]
     root = Path(args.output) if args.output is not None else Path("prism_results")
@@ -74,13 +77,12 @@ def run(args) -> int:
                           report=not args.no_report, executor=executor, overwrite=overwrite)
 
     # every folder is checked before any work, so a later member's refusal never follows earlier runs
-    planned_groups: dict[str, list[tuple[str, str, float, int]]] = {}
+    planned_groups: dict[str, list[tuple]] = {}
     for group, task in jobs:
         for adapter, label, (_, model_args) in zip(adapters, labels, specs):
             check_before_work(task, options(outputs[(group, task.name, label)], model_args), adapter.display_name)
             if group:
-                planned_groups.setdefault(group, []).extend(
-                    (task.name, adapter.display_name, float(f), int(s)) for f in task.label_fractions for s in task.seeds)
+                planned_groups.setdefault(group, []).extend(planned_runs(task, adapter.display_name))
     for group, planned in planned_groups.items():
         combined_csv = confined(root, group) / "runs.csv"
         check_grid_kept(combined_csv, planned, overwrite=overwrite, where=f"group {group} (--output {root})")
@@ -105,6 +107,8 @@ def run(args) -> int:
             print(f"results: {result.results_dir}")
     for group, frames in group_runs.items():  # one table per group: members in group order
         combined = pd.concat(frames, ignore_index=True)
+        if "split_seed" in combined and combined["split_seed"].isna().any():  # members without split_seeds
+            combined["split_seed"] = combined["split_seed"].astype("Int64")  # 0, not 0.0, beside empty cells
         target = confined(root, group) / "runs.csv"
         write_csv(target, combined[order_columns(combined.columns)])
         print(f"group {group}: {target} ({len(combined)} runs)")

@@ -39,8 +39,13 @@ def run(args) -> int:
                 what = f"{task.source_config.name} -> {task.target_config.name} ({task.target_split})"
             else:
                 what = "splits " + ", ".join(task.splits)
-            print(f"ok  {printable(task.name)}  ({task.file}): {task.n_classes} classes, {what}, "
-                  f"{len(task.label_fractions)} fractions x {len(task.seeds)} seeds")
+            print(f"ok  {printable(task.name)}  ({task.file}): {task.n_classes} classes, {what}, {task.grid_text()}")
+            for member in members:
+                if member.is_transfer and not (member.extras or {}).get("shift"):
+                    print(f"hint  {printable(member.name)}  ({member.file}): no shift kind declared; add "
+                          "`shift: covariate` (same labels, other site/scanner/stain), `shift: label_definition` or "
+                          "`shift: prior` so the report knows which yardstick applies (undeclared, it is not "
+                          "compared with the PRISM label-definition bands)")
         except PrismError as exc:
             failures += 1
             for problem in str(exc).split("\n"):  # validate lists every problem, one per line

@@ -54,6 +54,9 @@ The contract:
   order changes.
 * items are image file paths or :class:`~prism_plugin.data.refs.ImageRef` objects (anything
   ``PIL.Image.open`` takes that pickles to worker processes).
+* **perturbation**: a task with the ``perturb`` key (:mod:`prism_plugin.data.perturb`) gets every
+  item of :meth:`Source.split` wrapped in a :class:`~prism_plugin.data.perturb.PerturbedImageRef`
+  (seeded per item key; the transforms enter the fingerprint): a source type needs nothing for it.
 """
 
 from __future__ import annotations
@@ -249,6 +252,11 @@ class Source:
         items = [pool.items[i] for i in idx]
         keys = [pool.keys[i] for i in idx]
         y = np.asarray(y, dtype=np.int64)
+        perturb = (getattr(self.task, "extras", None) or {}).get("perturb")
+        if perturb:  # task key perturb: each image transformed as it is read (prism_plugin.data.perturb)
+            from prism_plugin.data.perturb import perturb_items
+
+            items = perturb_items(items, keys, perturb)
         return ImageSplit(items, y, split_fingerprint(keys, y, items))
 
 

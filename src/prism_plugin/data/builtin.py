@@ -9,6 +9,9 @@ BUILTIN_SOURCES: dict[str, tuple[str, str]] = {
     "imagefolder": ("prism_plugin.data.folder:ImageFolderSource",
                     "class-per-folder images under root/<split>/ (or root/ with layout: flat)"),
     "demo": ("prism_plugin.data.folder:DemoSource", "procedural synthetic H&E-like tiles (offline demo)"),
+    "hema_demo": ("prism_plugin.data.hema_demo:HemaDemoSource",
+                  "procedural SYNTHETIC white-blood-cell crops, 5 classes, 4 fictitious acquisition domains "
+                  "(offline hematology demo)"),
     "records": ("prism_plugin.data.records:RecordsSource", "CSV/TSV, JSON or JSON-lines records with path and label"),
     "h5": ("prism_plugin.data.arrays:H5Source", "HDF5 image and label arrays"),
     "npz": ("prism_plugin.data.arrays:NpzSource", "NumPy .npz image and label arrays"),

@@ -138,6 +138,23 @@ def run_split_procedure(spec: dict[str, Any], labels: np.ndarray) -> dict[str, n
     raise PrismError(f"unknown split procedure {proc!r}")  # pragma: no cover - validated earlier
 
 
+def with_split_seed(task, split_seed: int | None):
+    """``task`` with its ``split:`` procedure at ``split_seed`` (a transfer task: its source task's; the
+    target keeps its own split). ``None``, or a task without a procedure: ``task`` itself."""
+    import dataclasses
+
+    if split_seed is None:
+        return task
+    if getattr(task, "is_transfer", False):
+        src = task.source_config
+        if src is None or not src.split:
+            return task
+        return dataclasses.replace(task, source_config=with_split_seed(src, split_seed))
+    if not task.split:
+        return task
+    return dataclasses.replace(task, split={**task.split, "seed": int(split_seed)})
+
+
 def limit_indices(labels: np.ndarray, limit: int) -> np.ndarray:
     """First ``limit`` items, taken round-robin over classes so every class stays present."""
     by_class = [np.flatnonzero(labels == c).tolist() for c in np.unique(labels)]
@@ -152,4 +169,4 @@ def limit_indices(labels: np.ndarray, limit: int) -> np.ndarray:
 
 
 __all__ = ["SPLIT_PROCEDURES", "SPLIT_KEYS", "check_split_spec", "random_split_lengths",
-           "run_split_procedure", "limit_indices"]
+           "run_split_procedure", "limit_indices", "with_split_seed"]

@@ -107,7 +107,34 @@ def file_content_digest(path) -> str:
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".h5", ".onnx", ".msgpack",
                    ".npz", ".gguf", ".tar")
 #: constructor arguments that never change the embeddings (left out of the default weights fingerprint)
-RUNTIME_ARGS = frozenset({"batch_size", "device", "num_workers", "normalize"})
+RUNTIME_ARGS = frozenset({"batch_size", "device", "num_workers", "normalize", "pretraining_data"})
+
+#: the model-arg that declares (or overrides) an adapter's pretraining datasets; never part of the
+#: adapter's config() or fingerprint (what the encoder saw does not change the numbers it produces)
+PRETRAINING_ARG = "pretraining_data"
+
+
+def parse_pretraining_data(value: Any) -> tuple[str, ...] | None:
+    """``--model-args pretraining_data=A+B`` -> ``("A", "B")``; ``none`` (or empty) -> ``()``.
+
+    A tuple/list of names is accepted as is (blank names dropped); ``None`` means "not declared".
+    """
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        names = tuple(str(v).strip() for v in value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.lower() in ("", "none"):
+            return ()
+        names = tuple(part.strip() for part in text.split("+"))
+    else:
+        raise PrismError(f"--model-args pretraining_data={value!r}: expected dataset names joined by '+' "
+                         "(e.g. pretraining_data=ImageNet-1k+LVD-142M) or 'none'")
+    if any(not n for n in names):
+        raise PrismError(f"--model-args pretraining_data={value!r}: empty dataset name; join names with a single '+' "
+                         "(or pass 'none')")
+    return names
 
 
 def _existing_file_or_folder(value: Any):
@@ -192,6 +219,9 @@ def parse_int(value: Any, name: str, minimum: int = 1) -> int:
     return out
 
 
+_UNSET = object()
+
+
 class Adapter:
     """Base class of every image adapter.
 
@@ -213,15 +243,46 @@ class Adapter:
     #: dtype for ``torch.autocast`` during extraction on CUDA (``None``: full fp32).
     #: The extraction loop reads it; adapters document why their model tolerates it.
     autocast_dtype: Any = None
+    #: datasets the encoder was pretrained on, as dataset identities matched (case-insensitively)
+    #: against a task's ``dataset`` and ``dataset_aliases`` by the exposure audit: ``None`` = not
+    #: declared ("unknown"), ``()`` = declared as none of them. ``--model-args
+    #: pretraining_data=A+B`` (or ``none``) overrides it per run, for every adapter; it is not part
+    #: of :meth:`config` or :meth:`fingerprint`, so declaring it never changes a cache key.
+    pretraining_data: tuple[str, ...] | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any):
         # the constructor's arguments, for the default weights_fingerprint (a subclass's own
         # ``checkpoint=`` never reaches Adapter.__init__); pickling/copying calls __new__ bare
         self = super().__new__(cls)
+        kwargs.pop(PRETRAINING_ARG, None)  # a declaration about the weights, not a weight option
         self._init_args = (tuple(args), dict(kwargs))
         return self
 
-    def __init__(self, *, normalize: Any = True, batch_size: Any = 64, device: str = "auto", **unknown: Any):
+    def __init_subclass__(cls, **kwargs: Any):
+        # every adapter accepts ``pretraining_data=``, whatever its own __init__ takes: the
+        # subclass's constructor is wrapped so the argument is taken off before it runs and
+        # applied to the instance after it
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None or getattr(init, "_takes_pretraining_data", False):
+            return
+
+        import functools
+
+        @functools.wraps(init)
+        def __init__(self, *args: Any, **kw: Any):
+            declared = kw.pop(PRETRAINING_ARG, _UNSET)
+            init(self, *args, **kw)
+            if declared is not _UNSET:
+                self.pretraining_data = parse_pretraining_data(declared)
+
+        __init__._takes_pretraining_data = True
+        cls.__init__ = __init__
+
+    def __init__(self, *, normalize: Any = True, batch_size: Any = 64, device: str = "auto",
+                 pretraining_data: Any = _UNSET, **unknown: Any):
+        if pretraining_data is not _UNSET:
+            self.pretraining_data = parse_pretraining_data(pretraining_data)
         if unknown:
             raise PrismError(
                 f"adapter {self.name!r} does not accept --model-args {', '.join(sorted(unknown))}; "
@@ -234,7 +295,7 @@ class Adapter:
 
     @classmethod
     def accepted_args(cls) -> set[str]:
-        return {"normalize", "batch_size", "device"}
+        return {"normalize", "batch_size", "device", PRETRAINING_ARG}
 
     # -- to implement -----------------------------------------------------
     def build(self, device) -> None:

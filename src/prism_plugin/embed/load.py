@@ -16,7 +16,9 @@ the same data fingerprint) are refused before anything is extracted, unless the 
 
 from __future__ import annotations
 
+import json
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -62,6 +64,26 @@ def load_embeddings(task: TaskConfig, adapter, opts,
         return _load_embeddings(task, adapter, opts, only, host)
 
 
+def read_feature_split(adapter, embeddings_key: str, name: str, where: str):
+    """``(X, y, fingerprint)`` of one split of a features adapter (``precomputed``), checked: labels
+    1-D integers (before ``--limit`` picks rows by them: one-hot rows must not be flattened), features
+    a 2-D matrix, equal lengths; ``where`` names the split in messages."""
+    X, y, fp = adapter.load_split(embeddings_key, name)
+    y = as_labels(y, f"{where} labels")
+    if not isinstance(X, np.ndarray) or X.ndim != 2:
+        X = as_features(X, f"{where} features")
+    check_pair_lengths(len(X), len(y), where)
+    return X, y, fp
+
+
+def limited(X, y, opts):
+    """The ``--limit`` rows of a split (class-balanced), or the split itself."""
+    if opts.limit is None:
+        return X, y
+    keep = limit_indices(y, opts.limit)
+    return X[keep], y[keep]
+
+
 def _load_embeddings(task: TaskConfig, adapter, opts, only: tuple[str, ...] | None,
                      host) -> tuple[dict[str, SplitArrays], dict[str, Any]]:
     splits: dict[str, SplitArrays] = {}
@@ -75,16 +97,9 @@ def _load_embeddings(task: TaskConfig, adapter, opts, only: tuple[str, ...] | No
     if adapter.input_kind == "features":
         for split in wanted:
             cfg = task.splits[split]
-            X, y, fp = adapter.load_split(task.embeddings_key, cfg.name)
             where = f"{task.name} {split} ({adapter.name} adapter, split {cfg.name!r})"
-            # labels are checked before --limit picks rows by them: one-hot rows must not be flattened
-            y = as_labels(y, f"{where} labels")
-            if not isinstance(X, np.ndarray) or X.ndim != 2:
-                X = as_features(X, f"{where} features")
-            check_pair_lengths(len(X), len(y), where)
-            if opts.limit is not None:
-                keep = limit_indices(y, opts.limit)
-                X, y = X[keep], y[keep]
+            X, y, fp = read_feature_split(adapter, task.embeddings_key, cfg.name, where)
+            X, y = limited(X, y, opts)
             splits[split] = SplitArrays(X, y, name=f"{task.name} {split}")
             info["fingerprints"][split] = fp if opts.limit is None else f"{fp}:limit={opts.limit}"
         if only is None:
@@ -209,9 +224,20 @@ def transfer_embeddings(task: TaskConfig, adapter, opts, host=None) -> tuple[dic
     problem = definition_problem(task)
     if problem:
         raise PrismError(problem)
-    same = transfer_same_names(task)
     src, src_info = load_embeddings(src_cfg, adapter, opts, only=("train", "val"), host=host)
     tgt, tgt_info = load_embeddings(tgt_cfg, adapter, opts, only=(task.target_split,), host=host)
+    return _combine_transfer(task, src, src_info, tgt, tgt_info, opts)
+
+
+def _combine_transfer(task: TaskConfig, src: dict[str, SplitArrays], src_info: dict[str, Any],
+                      tgt: dict[str, SplitArrays], tgt_info: dict[str, Any],
+                      opts) -> tuple[dict[str, SplitArrays], dict[str, Any]]:
+    """The source train/val and target evaluation split of a transfer task, label maps applied and
+    checked together."""
+    from prism_plugin.protocol.labels import apply_label_map
+
+    src_cfg, tgt_cfg = task.source_config, task.target_config
+    same = transfer_same_names(task)
     out: dict[str, SplitArrays] = {}
     for split, arrays, mapping, role, cfg in (
         ("train", src.get("train"), task.source_labels, "source", src_cfg),
@@ -245,4 +271,295 @@ def transfer_embeddings(task: TaskConfig, adapter, opts, host=None) -> tuple[dic
         | {f"target_{k}": v for k, v in (tgt_info.get("content") or tgt_info["fingerprints"]).items()},
         "data_checks": data_checks,
     }
+    if "reused_tiles" in src_info or "reused_tiles" in tgt_info:
+        info["reused_tiles"] = src_info.get("reused_tiles", 0) + tgt_info.get("reused_tiles", 0)
     return out, info
+
+
+# --------------------------------------------------------------------------- split seeds (grid dimension)
+class PoolStore:
+    """The embeddings one job has loaded, by image: ``(scope, item key, label)`` -> a row of an array.
+
+    A task with ``split_seeds`` carves every split seed's splits out of one pool of images; the
+    splits of split seed 1 are the images of split seed 0's train and held-out splits in another
+    order. Their cache entries (keyed, as ever, by the split's fingerprint) are used when they
+    exist; a split without one whose images are all here is gathered from these rows instead of
+    being extracted again (``info["cache"][split] = "reused"``). ``scope`` is the task name (two
+    datasets may share relative item keys).
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[str, str, int], tuple[int, int]] = {}
+        self._arrays: list[np.ndarray] = []
+
+    def add(self, scope: str, keys: list[str] | None, labels: np.ndarray, X: np.ndarray) -> None:
+        if keys is None or len(keys) != len(X):
+            return
+        slot = len(self._arrays)
+        self._arrays.append(X)
+        for i, (key, y) in enumerate(zip(keys, np.asarray(labels).tolist())):
+            self._rows.setdefault((scope, key, int(y)), (slot, i))
+
+    def covers(self, scope: str, keys: list[str] | None, labels: np.ndarray) -> bool:
+        return keys is not None and len(keys) > 0 and all(
+            (scope, key, int(y)) in self._rows for key, y in zip(keys, np.asarray(labels).tolist()))
+
+    def gather(self, scope: str, keys: list[str], labels: np.ndarray) -> np.ndarray:
+        where = np.asarray([self._rows[(scope, key, int(y))] for key, y in zip(keys, np.asarray(labels).tolist())])
+        first = self._arrays[int(where[0, 0])]
+        out = np.empty((len(where), first.shape[1]), dtype=np.float32)
+        for slot in np.unique(where[:, 0]):
+            mask = where[:, 0] == slot
+            out[mask] = np.asarray(self._arrays[int(slot)][where[mask, 1]], dtype=np.float32)
+        return out
+
+
+@dataclass
+class _Planned:
+    split: str
+    images: Any
+    keys: list[str] | None
+    entry: Any
+    loaded: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _split_keys(source, task: TaskConfig, split: str, limit: int | None) -> list[str] | None:
+    """The stable item keys of a split, in its order (as :meth:`prism_plugin.data.base.Source.split`
+    picks them); ``None`` when the source does not expose them."""
+    try:
+        pool, idx, y = source.part(task.splits[split].name)
+    except (AttributeError, TypeError):
+        return None
+    if limit is not None:
+        idx = idx[limit_indices(y, limit)]
+    return [str(pool.keys[i]) for i in idx]
+
+
+def _features_digest(X: np.ndarray) -> str:
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=20)
+    h.update(f"{X.shape}|{X.dtype}|".encode())
+    h.update(np.ascontiguousarray(X).tobytes())
+    return h.hexdigest()
+
+
+class _SplitSeedLoader:
+    """Loads the splits of each split seed of one task (see :func:`load_split_seeds`)."""
+
+    def __init__(self, adapter, opts, host) -> None:
+        self.adapter, self.opts, self.host = adapter, opts, host
+        self.store = PoolStore()
+        self.cache = None if adapter.input_kind == "features" else EmbeddingCache(opts.cache_dir)
+        self.adapter_fp = None if self.cache is None else adapter.fingerprint()
+        self.device = None
+        self._pools: dict[str, tuple[np.ndarray, np.ndarray, str]] = {}
+
+    # -- image adapters: plan every split first (cache hits feed the store), then materialise --
+    def plan(self, task: TaskConfig, wanted: tuple[str, ...]) -> list[_Planned]:
+        source = open_source(task, host=self.host)
+        if source is None:
+            raise PrismError(f"task {task.name} reads precomputed embeddings (source.type precomputed); "
+                             "run it with --model precomputed --model-args root=DIR")
+        out = []
+        for split in wanted:
+            images = source.split(split, self.opts.limit)
+            check_expected(task, split, images.labels, self.opts)
+            keys = _split_keys(source, task, split, self.opts.limit)
+            plan = _Planned(split, images, keys if keys is not None and len(keys) == len(images) else None,
+                            self.cache.entry(self.adapter_fp, images.fingerprint, split))
+            plan.loaded = plan.entry.load()
+            if plan.loaded is not None:
+                self.store.add(task.name, plan.keys, plan.images.labels, plan.loaded[0])
+            out.append(plan)
+        return out
+
+    def materialise(self, task: TaskConfig, plans: list[_Planned]) -> tuple[dict[str, SplitArrays], dict[str, Any]]:
+        opts, adapter = self.opts, self.adapter
+        info: dict[str, Any] = {"fingerprints": {}, "extracted_tiles": 0, "extraction_seconds": 0.0, "cache": {},
+                                "data_checks": [], "content": {}, "reused_tiles": 0}
+        splits: dict[str, SplitArrays] = {}
+        for plan in plans:
+            split, images, entry = plan.split, plan.images, plan.entry
+            info["fingerprints"][split] = images.fingerprint
+            loaded, how = plan.loaded, "hit"
+            if loaded is None:
+                loaded = entry.load()
+            if loaded is None and self.store.covers(task.name, plan.keys, images.labels):
+                X = self.store.gather(task.name, plan.keys, images.labels)  # no image embedded twice
+                loaded, how = (X, np.asarray(images.labels, dtype=np.int64)), "reused"
+                info["reused_tiles"] += len(X)
+            if loaded is None:
+                with entry.lock():
+                    loaded = entry.load()
+                    if loaded is None:
+                        self.device = self.device or pick_device(opts.device if opts.device != "auto"
+                                                                 else adapter.device_request)
+                        provenance = {"task": task.name, "dataset": task.dataset, "split": split,
+                                      "adapter": adapter.describe(), "dataset_fingerprint": images.fingerprint,
+                                      "versions": library_versions()}
+                        n_new, secs = extract_split(adapter, images, entry, device=self.device,
+                                                    num_workers=opts.num_workers, progress=opts.progress,
+                                                    label=f"{task.name}/{split}", provenance=provenance)
+                        info["extracted_tiles"] += n_new
+                        info["extraction_seconds"] += secs
+                        loaded = entry.load()
+                        if loaded is None:
+                            raise PrismError(f"cache entry {entry.dir} could not be written and read back")
+                        how = "extracted"
+            X, y = loaded
+            where = f"cache entry {entry.dir}" if how != "reused" else f"{task.name}/{split} (gathered rows)"
+            y = as_labels(y, f"{where} labels", strict=True)
+            check_pair_lengths(len(X), len(y), where)
+            if not np.array_equal(y, images.labels):
+                raise PrismError(f"{where}: its labels differ from those of {task.name}/{split}; remove the entry "
+                                 f"(prism-run cache rm {entry.key[:12]}) and run again")
+            info["cache"][split] = how
+            # the features themselves, whether read from the split's entry or gathered from other split
+            # seeds' rows: the same features give the same run fingerprint either way
+            info["content"][split] = f"{images.fingerprint}:rows:{_features_digest(np.asarray(X))}"
+            self.store.add(task.name, plan.keys, images.labels, X)
+            splits[split] = SplitArrays(X, y, name=f"{task.name} {split}")
+        return splits, info
+
+    # -- features adapters: the procedure applied to the pool the split: key names --
+    def features(self, task: TaskConfig, wanted: tuple[str, ...]) -> tuple[dict[str, SplitArrays], dict[str, Any]]:
+        from prism_plugin.data.splits import run_split_procedure
+
+        opts = self.opts
+        info: dict[str, Any] = {"fingerprints": {}, "extracted_tiles": 0, "extraction_seconds": 0.0, "cache": {},
+                                "data_checks": []}
+        spec = task.split
+        parts: dict[str, np.ndarray] = {}
+        if spec:
+            pool_X, pool_y, pool_fp = self._pool(task)
+            if spec["procedure"] == "stratified":
+                counts = np.bincount(pool_y)
+                if (counts[counts > 0] < 2).any():
+                    raise PrismError(f"task {task.name}: a stratified split needs >= 2 items per class; class counts "
+                                     f"{counts.tolist()} in its precomputed pool")
+            parts = run_split_procedure(spec, pool_y)
+            proc = _features_digest(np.frombuffer(json.dumps(spec, sort_keys=True).encode(), dtype=np.uint8))[:16]
+        splits: dict[str, SplitArrays] = {}
+        for split in wanted:
+            cfg = task.splits[split]
+            where = f"{task.name} {split} ({self.adapter.name} adapter, split {cfg.name!r})"
+            if cfg.name in parts:
+                idx = parts[cfg.name]
+                X, y, fp = pool_X[idx], pool_y[idx], f"{pool_fp}:split-{proc}:{cfg.name}"
+            else:
+                X, y, fp = read_feature_split(self.adapter, task.embeddings_key, cfg.name, where)
+            X, y = limited(X, y, opts)
+            check_expected(task, split, y, opts)
+            splits[split] = SplitArrays(X, y, name=f"{task.name} {split}")
+            info["fingerprints"][split] = fp if opts.limit is None else f"{fp}:limit={opts.limit}"
+        return splits, info
+
+    def _pool(self, task: TaskConfig) -> tuple[np.ndarray, np.ndarray, str]:
+        """The precomputed pool of ``split.from`` (several names: concatenated in order), read once."""
+        spec = task.split
+        names = [spec["from"]] if isinstance(spec["from"], str) else list(spec["from"])
+        cache_key = f"{task.name}|{task.embeddings_key}|{'+'.join(names)}"
+        if cache_key in self._pools:
+            return self._pools[cache_key]
+        Xs, ys, fps = [], [], []
+        for name in names:
+            try:
+                X, y, fp = self.adapter.load_split(task.embeddings_key, name)
+            except PrismError as exc:
+                raise PrismError(f"task {task.name}: split_seeds with precomputed embeddings applies the split: "
+                                 f"procedure to the pool it splits (split.from: {name} -> {name}_features.npy + "
+                                 f"{name}_labels.npy); {exc}") from None
+            where = f"{task.name} pool {name!r} ({self.adapter.name} adapter)"
+            y = as_labels(y, f"{where} labels")
+            if not isinstance(X, np.ndarray) or X.ndim != 2:
+                X = as_features(X, f"{where} features")
+            check_pair_lengths(len(X), len(y), where)
+            Xs.append(X)
+            ys.append(y)
+            fps.append(fp)
+        out = (Xs[0] if len(Xs) == 1 else np.concatenate(Xs), ys[0] if len(ys) == 1 else np.concatenate(ys),
+               "+".join(fps))
+        self._pools[cache_key] = out
+        return out
+
+    def load(self, task: TaskConfig, wanted: tuple[str, ...],
+             plans: list[_Planned] | None = None) -> tuple[dict[str, SplitArrays], dict[str, Any]]:
+        if self.cache is None:
+            return self.features(task, wanted)
+        return self.materialise(task, plans if plans is not None else self.plan(task, wanted))
+
+
+def load_split_seeds(task: TaskConfig, adapter, opts, host=None) -> list[tuple[int | None, TaskConfig,
+                                                                               dict[str, SplitArrays], dict[str, Any]]]:
+    """``(split_seed, task at that split seed, splits, info)`` for every split seed of a task with
+    ``split_seeds`` (else its one set of splits, split seed ``None``, exactly as :func:`load_embeddings`
+    / :func:`transfer_embeddings`).
+
+    No image is embedded twice across split seeds (:class:`PoolStore`): image adapters use the
+    cache entries of each split seed's splits where they exist (the same keys as a run with
+    ``--set split.seed=N``, so entries of earlier runs are used) and gather a missing split from the
+    rows of the others; only images that no split seed has yet are extracted. A ``precomputed``
+    pool is read once and split by the procedure for each split seed. A transfer task varies its
+    source split only: the target split is loaded once, at the target task's own ``split.seed``.
+    """
+    from prism_plugin.data.splits import with_split_seed
+
+    if adapter.input_kind == "features":
+        perturbed = [t for t in (task, task.source_config, task.target_config)
+                     if t is not None and (t.extras or {}).get("perturb")]
+        if perturbed:
+            raise PrismError(f"task {perturbed[0].name}: perturb: is a synthetic image perturbation, but --model "
+                             f"{adapter.name} reads precomputed embeddings (nothing to perturb); run an image "
+                             "encoder, or drop perturb")
+
+    seeds = tuple(getattr(task, "split_seeds", ()) or ())
+    if not seeds:
+        loaded = transfer_embeddings(task, adapter, opts, host=host) if task.is_transfer else \
+            load_embeddings(task, adapter, opts, host=host)
+        return [(None, task, *loaded)]
+    variants = [(seed, with_split_seed(task, seed)) for seed in seeds]
+    problem = definition_problem(task)
+    if problem:
+        raise PrismError(problem)
+    loader = _SplitSeedLoader(adapter, opts, host)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = _load_seeds(task, variants, loader, opts)
+    seen: set[str] = set()
+    for w in caught:  # a data check that holds for every split seed is said once, not once per seed
+        text = f"{w.category.__name__}: {w.message}"
+        if text not in seen:
+            seen.add(text)
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return out
+
+
+def _load_seeds(task: TaskConfig, variants: list, loader: _SplitSeedLoader, opts) -> list:
+    from prism_plugin.data.datacache import using_cache_dir
+
+    out = []
+    with using_cache_dir(getattr(opts, "cache_dir", None)):
+        if task.is_transfer:
+            tgt_cfg = task.target_config
+            wanted_src = tuple(s for s in ("train", "val") if s in task.source_config.splits)
+            plans = [loader.plan(v.source_config, wanted_src) if loader.cache is not None else None
+                     for _, v in variants]
+            own = (task.source_config.split or {}).get("seed")
+            if loader.cache is not None and own is not None and own not in {seed for seed, _ in variants}:
+                loader.plan(task.source_config, wanted_src)  # its cached entries (an earlier run) feed the pool
+            tgt, tgt_info = loader.load(tgt_cfg, (task.target_split,))
+            for (seed, variant), plan in zip(variants, plans):
+                src, src_info = loader.load(variant.source_config, wanted_src, plan)
+                out.append((seed, variant, *_combine_transfer(variant, src, src_info, tgt, tgt_info, opts)))
+            return out
+        wanted = tuple(task.splits)
+        plans = [loader.plan(v, wanted) if loader.cache is not None else None for _, v in variants]
+        own = (task.split or {}).get("seed")
+        if loader.cache is not None and own is not None and own not in {seed for seed, _ in variants}:
+            loader.plan(task, wanted)  # the task's own split seed: its cached entries (an earlier run) feed the pool
+        for (seed, variant), plan in zip(variants, plans):
+            splits, info = loader.load(variant, wanted, plan)
+            info["data_checks"] = _check_loaded(variant, splits, info["fingerprints"], opts)
+            out.append((seed, variant, splits, info))
+    return out

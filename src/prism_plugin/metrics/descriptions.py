@@ -50,11 +50,26 @@ DESCRIPTIONS: dict[str, str] = {
 }
 
 
+#: The adaptation plugin's columns described here (listed by ``prism-run ls metrics``; used by no table):
+#: (column, direction, display, description). ``brier_<m>`` exists for every adaptation method m.
+ADAPTATION_METRICS: tuple[tuple[str, str | None, str, str], ...] = (
+    ("first_moment_shift", None, "first-moment shift (source SDs)",
+     "adaptation plugin: RMS over features of (target mean - source-train mean) / source-train SD; the audit's "
+     "mechanism table puts it beside the target drop"),
+    *((f"brier_{m}", "lower", f"Brier after {m}",
+       f"adaptation plugin: multiclass Brier on the target after the adaptation method {m}")
+      for m in ("tgtstd", "cbr", "cbr_mean", "bbse", "cbr_bbse", "shot_im", "oracle_cb")),
+)
+
+
 @hookimpl
 def register_metrics(register) -> None:
     for column, direction, display, where in BUILTIN_METRICS:
         register(column, direction=direction, display=display, description=DESCRIPTIONS.get(column, ""),
                  summary="s" in where, report="r" in where, bands="b" in where, compare="c" in where)
+    for column, direction, display, description in ADAPTATION_METRICS:
+        register(column, direction=direction, display=display, description=description,
+                 summary=False, report=False, bands=False, compare=False)
 
 
 # --------------------------------------------------------------------------- reading the descriptions

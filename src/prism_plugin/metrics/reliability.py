@@ -6,7 +6,7 @@ after temperature scaling. The runner keeps no probabilities once a run is
 scored, so this plugin computes those bin statistics while the run is in
 memory and stores them as a small **per-run artifact** beside the results::
 
-    <results>/reliability/<task>--f<fraction>-s<seed>.json
+    <results>/reliability/<task>--<run id>.json      (run id: f<fraction>-s<seed>[-split<N>][-<probe>])
 
 Design (why not columns): 15 bins x 3 statistics x 2 (raw, scaled) would add
 90 columns to ``runs.csv``; one JSON string column would make it unreadable.
@@ -101,9 +101,10 @@ def ece_from_bins(entry: Mapping[str, Any]) -> float:
     return float(total / n)
 
 
-def artifact_name(task: str, fraction: float, seed: int) -> str:
-    """File name of one run's artifact: ``<task>--f<fraction:g>-s<seed>.json`` (safe characters)."""
-    raw = f"{task}--f{float(fraction):g}-s{int(seed)}"
+def artifact_name(task: str, fraction: float, seed: int, run_id: str | None = None) -> str:
+    """File name of one run's artifact: ``<task>--<run id>.json`` (safe characters); the run id is
+    ``f<fraction:g>-s<seed>`` for a task without the ``split_seeds`` / ``probes`` grid keys."""
+    raw = f"{task}--{run_id or f'f{float(fraction):g}-s{int(seed)}'}"
     safe = "".join(ch if ch.isalnum() or ch in "-_.=" else "_" for ch in raw)
     if len(safe) > 200:  # below the usual 255-byte file-name limit, still unique
         import hashlib
@@ -116,9 +117,25 @@ def artifact_name(task: str, fraction: float, seed: int) -> str:
 def _write(results_dir: Path, payload: Mapping[str, Any]) -> Path:
     from prism_plugin.results import atomic_write_text
 
-    path = Path(results_dir) / DIRNAME / artifact_name(payload["task"], payload["fraction"], payload["seed"])
+    path = Path(results_dir) / DIRNAME / _payload_name(payload)
     atomic_write_text(path, json.dumps(_finite(payload), indent=1) + "\n")
     return path
+
+
+def _payload_name(payload: Mapping[str, Any]) -> str:
+    return artifact_name(payload["task"], payload["fraction"], payload["seed"], payload.get("run_id"))
+
+
+def _row_names(row: Mapping[str, Any]) -> set[str]:
+    """The artifact names a runs.csv row may have (its run id with or without the grid-key parts:
+    the row does not say whether its task had ``probes``)."""
+    from prism_plugin.protocol.grid import run_id
+
+    split = row.get("split_seed")
+    split = None if split is None or (isinstance(split, float) and not math.isfinite(split)) else int(split)
+    probe = row.get("probe") if isinstance(row.get("probe"), str) and row.get("probe") else None
+    ids = {run_id(row["fraction"], row["seed"], s, p) for s in {None, split} for p in {None, probe}}
+    return {artifact_name(str(row["task"]), row["fraction"], row["seed"], i) for i in ids}
 
 
 def _finite(obj: Any) -> Any:
@@ -136,7 +153,7 @@ def record(payload: Mapping[str, Any], results_dir: str | Path | None = None) ->
     otherwise buffered until :func:`flush`. Returns the path when written."""
     if results_dir is not None:
         return _write(Path(results_dir), payload)
-    key = (str(payload["task"]), str(payload["adapter"]), artifact_name(payload["task"], payload["fraction"], payload["seed"]))
+    key = (str(payload["task"]), str(payload["adapter"]), _payload_name(payload))
     with _LOCK:
         _PENDING.pop(key, None)
         _PENDING[key] = dict(payload)
@@ -171,7 +188,7 @@ def flush(results_dir: str | Path, runs: Iterable[Mapping[str, Any]] | None = No
     wanted = set()
     for r in runs:
         if "task" in r and "adapter" in r:
-            wanted.add((str(r["task"]), str(r["adapter"]), artifact_name(str(r["task"]), r["fraction"], r["seed"])))
+            wanted.update((str(r["task"]), str(r["adapter"]), name) for name in _row_names(r))
     with _LOCK:
         take = [(k, _PENDING.pop(k)) for k in list(_PENDING) if k in wanted]
     return [_write(results_dir, payload) for _, payload in take]
@@ -201,9 +218,15 @@ def load_reliability(results_dir: str | Path, runs=None) -> list[dict[str, Any]]
 
         runs = read_runs(p)
     index: dict[str, Mapping[str, Any]] = {}
+    # a model with runs of several probe heads is labelled per probe, as the report's tables label it
+    several = set()
+    if "probe" in runs and "model" in runs:
+        counts = runs.groupby("model")["probe"].nunique()
+        several = set(counts[counts > 1].index)
     for r in runs.to_dict("records"):
         if "task" in r:
-            index[artifact_name(str(r["task"]), r["fraction"], r["seed"])] = r
+            for name in _row_names(r):
+                index.setdefault(name, r)
     out = []
     for path in sorted(folder.glob("*.json")):
         run = index.get(path.name)
@@ -220,6 +243,8 @@ def load_reliability(results_dir: str | Path, runs=None) -> list[dict[str, Any]]
         if ref is None or not (isinstance(ref, float) and math.isfinite(ref)) or abs(raw_ece - ref) > ECE_MATCH_TOL:
             continue
         payload["model"] = run.get("model", payload.get("model"))
+        if payload["model"] in several:
+            payload["model"] = f"{payload['model']} · {run.get('probe')}"
         payload["setting"] = run.get("pair") if isinstance(run.get("pair"), str) else run.get("dataset")
         payload["reference_table"] = run.get("reference_table", "indomain")
         out.append(payload)
@@ -241,6 +266,9 @@ def run_metrics(run):
         "model": run.model,
         "fraction": float(run.fraction),
         "seed": int(run.seed),
+        "run_id": getattr(run, "run_id", None) or None,
+        "split_seed": getattr(run, "split_seed", None),
+        "probe": (run.meta or {}).get("probe"),
         "n_classes": int(run.n_classes),
         "bins": bins,
         "convention": "class-1 (p(y=1) vs observed frequency of y=1)" if run.n_classes == 2

@@ -1,4 +1,10 @@
-"""The run grid: label fractions x seeds -> probe fit -> metric plugins (PROTOCOL §2)."""
+"""The run grid: label fractions x seeds -> probe fit -> metric plugins (PROTOCOL §2).
+
+:func:`run_grid` runs one probe on one set of splits. A task with ``split_seeds`` and/or ``probes``
+(the hematology audit's protocol) runs it once per (split seed, probe); the runner
+(:func:`prism_plugin.runner.run_job`) loops over those and passes ``ident["split_seed"]`` and
+``ident["run_suffix"]`` so every run's id (:func:`run_id`) and row say which one it is.
+"""
 
 from __future__ import annotations
 
@@ -41,6 +47,24 @@ class RunKey:
     @property
     def id(self) -> str:
         return f"f{self.fraction:g}-s{self.seed}"
+
+
+def probe_label(kind: str) -> str:
+    """A probe kind as it appears in a run id: letters, digits, ``_`` and ``.``; anything else ``_``."""
+    return "".join(ch if ch.isalnum() or ch in "_." else "_" for ch in str(kind)) or "probe"
+
+
+def run_suffix(split_seed: int | None = None, probe: str | None = None) -> str:
+    """What a run id gains from the ``split_seeds`` / ``probes`` grid dimensions (``""`` without them)."""
+    out = f"-split{int(split_seed)}" if split_seed is not None else ""
+    return out + (f"-{probe_label(probe)}" if probe else "")
+
+
+def run_id(fraction: float, seed: int, split_seed: int | None = None, probe: str | None = None) -> str:
+    """The id of one run (its cell file, its flags): ``f1-s0`` for a task without the ``split_seeds`` /
+    ``probes`` keys (unchanged), ``f1-s0-split3`` with ``split_seeds``, ``f1-s0-knn1`` with ``probes``,
+    ``f1-s0-split3-knn1`` with both."""
+    return RunKey(float(fraction), int(seed)).id + run_suffix(split_seed, probe)
 
 
 def grid_keys(spec: GridSpec) -> Iterator[RunKey]:
@@ -142,6 +166,11 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
             extra["forced_val_classes"] = vsub.n_forced
     else:
         extra["n_val"] = 0
+    split_seed = ident.get("split_seed")
+    rid = key.id + str(ident.get("run_suffix") or "")
+    meta = {**dict(ident.get("meta", {})), "probe": head_kind}
+    if split_seed is not None:
+        meta["split_seed"] = split_seed
     run = RunContext(
         task=ident["task"],
         adapter=ident["adapter"],
@@ -160,22 +189,25 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
         binary_logits=spec.binary_logits,
         t_bounds=tuple(spec.t_bounds),
         class_names=tuple(ident.get("class_names", ())),
-        meta=dict(ident.get("meta", {})),
+        meta=meta,
         features=_features(key, subset, fit, train, val, test, spec, host, head_kind),
         artifact_dir=ident.get("artifact_dir"),
         host=host,
+        split_seed=split_seed,
+        run_id=rid,
     )
     row: dict[str, Any] = {
         "model": run.model,
         **dict(ident.get("columns") or {"dataset": run.dataset}),
         "fraction": key.fraction,
         "seed": key.seed,
+        **({"split_seed": split_seed} if split_seed is not None else {}),
         "n_train": run.n_train,
         "n_classes": n_classes,
         "forced_classes": run.forced_classes,
     }
     owners: dict[str, str] = {}
-    for result in host.call("run_metrics", context=f"{run.task} {key.id}", run=run):  # registration order
+    for result in host.call("run_metrics", context=f"{run.task} {rid}", run=run):  # registration order
         if not result.value:
             continue
         for name, value in dict(result.value).items():

@@ -21,14 +21,15 @@ import pandas as pd
 
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.report import plots
-from prism_plugin.report.derived import FEWSHOT_TOLERANCE, TABLE_LABELS, TRANSFER_ZONE
+from prism_plugin.report.derived import (FEWSHOT_TOLERANCE, TABLE_LABELS, TRANSFER_TABLES, TRANSFER_ZONE,
+                                         label_definition_bands_apply, table_label)
 from prism_plugin.report.markdown import fmt, inline, markdown_table
 from prism_plugin.report.metric_table import metric_cells, metric_section
 from prism_plugin.report.sections import ReportSection
 from prism_plugin.report.verdict import TOPICS, build_verdict, pct, setting_label
 
 IN_DIST = ("indomain", "camelyon17_indomain")
-TRANSFERS = ("transfer", "camelyon17_transfer")
+TRANSFERS = TRANSFER_TABLES
 MAX_TABLE_ROWS = 80
 NO_MPL = "figures need matplotlib, which is not installed: pip install 'prism-plugin[report]'"
 
@@ -82,6 +83,18 @@ def _figure_guard(ctx: _Ctx, section: ReportSection) -> bool:
 
 
 # --------------------------------------------------------------------------- overview
+def _cells_label(table: str, cells: pd.DataFrame) -> str:
+    """The table's label; ``transfer`` cells all without a declared shift kind are said as such."""
+    shifts = set(cells["shift"].astype(str)) if "shift" in cells.columns and len(cells) else set()
+    return table_label(table, "undeclared" if shifts == {"undeclared"} else None)
+
+
+def _banded(table: str, cells: pd.DataFrame) -> bool:
+    """Whether the PRISM label-definition zone applies to (all of) these transfer cells."""
+    shifts = set(cells["shift"].astype(str)) if "shift" in cells.columns and len(cells) else {""}
+    return all(label_definition_bands_apply(table, k) for k in shifts)
+
+
 def overview(ctx: _Ctx) -> ReportSection:
     sec = ReportSection("Overview", "", order=1, key="overview", summary="what was evaluated, how to read")
     cells = ctx.cells
@@ -93,7 +106,7 @@ def overview(ctx: _Ctx) -> ReportSection:
         sub = cells.loc[cells["table"] == table]
         fr = sorted(sub["fraction"].unique())
         rows.append({
-            "kind of run": TABLE_LABELS.get(table, table),
+            "kind of run": _cells_label(table, sub),
             "models": ", ".join(dict.fromkeys(sub["model"])),
             "settings": ", ".join(setting_label(s) for s in list(dict.fromkeys(sub["setting"]))[:8])
             + (f" … ({sub['setting'].nunique()})" if sub["setting"].nunique() > 8 else ""),
@@ -428,22 +441,22 @@ def collapse(ctx: _Ctx) -> ReportSection:
         body.append(f"`degeneracy_audit.csv` (PROTOCOL §6.13) lists {len(audit)} cells with at least one collapsed "
                     "seed" + (" (PRISM: 28 in-distribution + 119 transfer)." if ctx.view.reference else "."))
     found = False
-    for table in ("indomain", "transfer", "camelyon17_indomain"):
+    for table in ("indomain", "transfer", "covariate_transfer", "prior_transfer", "camelyon17_indomain"):
         cells = ctx.cells_of(table)
         if cells is None or cells["collapsed_runs"].isna().all():
             continue
         found = True
         rows = cells[["model", "setting"]].drop_duplicates()
         if len(rows) > MAX_TABLE_ROWS:
-            sec.not_shown.append(f"{TABLE_LABELS[table]}: {len(rows)} rows are too many for a heatmap; see "
+            sec.not_shown.append(f"{_cells_label(table, cells)}: {len(rows)} rows are too many for a heatmap; see "
                                  "report_cells.csv (collapsed_runs)")
             continue
         if not _figure_guard(ctx, sec):
             break
         name = f"collapse-{table}.png"
-        sec.figures[name] = plots.collapse_heatmap(cells, title=TABLE_LABELS[table])
+        sec.figures[name] = plots.collapse_heatmap(cells, title=_cells_label(table, cells))
         n_c = int((cells["collapsed_runs"] > 0).sum())
-        sec.captions[name] = (f"{TABLE_LABELS[table]}: collapsed seeds per cell ({n_c} of {len(cells)} cells with "
+        sec.captions[name] = (f"{_cells_label(table, cells)}: collapsed seeds per cell ({n_c} of {len(cells)} cells with "
                               "at least one).")
     cam = ctx.cells_of("camelyon17_transfer")
     if cam is not None and cam["collapsed_runs"].notna().any():
@@ -530,7 +543,9 @@ def transfer(ctx: _Ctx) -> ReportSection:
                         summary="target ECE/AUROC vs source labels; temperatures")
     body = [f"Probes trained on the source and evaluated on the target. In the PRISM paper, whether more source labels "
             f"help or harm target calibration tracks the transfer AUROC: below about {TRANSFER_ZONE:.2f} (shaded) more "
-            "labels worsened target ECE in 86–88 % of combinations, above it in 1–8 % (Table 7)."]
+            "labels worsened target ECE in 86–88 % of combinations, above it in 1–8 % (Table 7). That zone was measured "
+            "on label-definition pairs: it is shaded only for them (and Camelyon17), not for a task declaring "
+            "`shift: covariate` or `shift: prior`, nor for one that declares no shift kind."]
     found = False
     for table in TRANSFERS:
         cells = ctx.cells_of(table)
@@ -542,8 +557,8 @@ def transfer(ctx: _Ctx) -> ReportSection:
         settings = list(dict.fromkeys(cells["setting"]))
         agg = None if len(settings) <= 6 else f"{len(settings)} pairs (mean over pairs)"
         name = f"transfer-{table}.png"
-        sec.figures[name] = plots.transfer_curves(cells, settings, aggregate_label=agg)
-        sec.captions[name] = (f"{TABLE_LABELS[table]}: target AUROC (top) and target ECE (bottom) vs source label "
+        sec.figures[name] = plots.transfer_curves(cells, settings, aggregate_label=agg, zone=_banded(table, cells))
+        sec.captions[name] = (f"{_cells_label(table, cells)}: target AUROC (top) and target ECE (bottom) vs source label "
                               "fraction" + ("; averaged over pairs, band = range over pairs." if agg else "."))
         extra = []
         if "temperature_oracle_mean" in cells and cells["temperature_oracle_mean"].notna().any():
@@ -556,7 +571,7 @@ def transfer(ctx: _Ctx) -> ReportSection:
             tname = f"transfer-temperature-{table}.png"
             sec.figures[tname] = plots.temperature_curves(cells, settings, extra=extra, max_cols=4,
                                                           xlabel="source label fraction (log scale)")
-            sec.captions[tname] = (f"{TABLE_LABELS[table]}: source-fitted temperature" +
+            sec.captions[tname] = (f"{_cells_label(table, cells)}: source-fitted temperature" +
                                    (", oracle" if any(e[0] == "temperature_oracle" for e in extra) else "") +
                                    (" and few-shot" if ks else "") + " temperatures vs source label fraction.")
             if not extra:
@@ -716,7 +731,7 @@ def cell_table(ctx: _Ctx) -> ReportSection:
     rows = []
     for r in cells.itertuples(index=False):
         rows.append({
-            "runs": TABLE_LABELS.get(r.table, r.table), "model": r.model, "setting": setting_label(r.setting),
+            "runs": table_label(r.table, getattr(r, "shift", None)), "model": r.model, "setting": setting_label(r.setting),
             "fraction": pct(r.fraction), "AUROC": pm(r.auroc_mean, r.auroc_std),
             "macro-F1": pm(r.f1_macro_mean, r.f1_macro_std), "ECE raw": pm(r.ece_fixed_mean, r.ece_fixed_std),
             "ECE scaled": pm(r.ece_scaled_fixed_mean, r.ece_scaled_fixed_std),

@@ -128,6 +128,27 @@ def compute_summaries(run_tables, options: Mapping[str, Any], host, *, into=None
     return out, notes
 
 
+def probes_apart(run_tables):
+    """The run tables with ``model`` = ``"<model> · <probe>"`` wherever one model has runs of several
+    probe heads (a task with ``probes:``, e.g. the hematology audit's logistic_std and knn1): the
+    report's cells, bands and verdict then describe each probe on its own instead of pooling them.
+    Tables where every model has one probe are returned unchanged (the same objects)."""
+    if run_tables is None:
+        return None
+    from prism_plugin.tables import RunTables
+
+    out, changed = {}, False
+    for name in run_tables.present():
+        df = run_tables[name]
+        if "probe" in df and "model" in df and (df.groupby("model")["probe"].nunique() > 1).any():
+            several = df.groupby("model")["probe"].transform("nunique") > 1
+            df = df.copy()
+            df.loc[several, "model"] = df.loc[several, "model"].astype(str) + " · " + df.loc[several, "probe"].astype(str)
+            changed = True
+        out[name] = df
+    return RunTables(out) if changed else run_tables
+
+
 def build_view(path: Path, host, *, sources: Iterable[Path] | None = None, run_tables=None, summaries=None,
                tables_dir: Path | None = None, options: Mapping[str, Any] | None = None, title: str = "",
                reference: bool = False, write_tables: bool = True) -> ReportView:
@@ -149,7 +170,7 @@ def build_view(path: Path, host, *, sources: Iterable[Path] | None = None, run_t
         reliability.flush(d)
     if run_tables is None and dirs:
         try:
-            run_tables = tables_from_results(dirs, host)
+            run_tables = probes_apart(tables_from_results(dirs, host))
         except PrismError as exc:
             notes.append(f"per-run tables could not be assembled: {exc}")
     from prism_plugin.metrics.descriptions import described_metrics

@@ -49,14 +49,42 @@ TABLE_SPECS: tuple[tuple[str, str, str, bool], ...] = (
     ("transfer", "pair", "temperature_src", True),
     ("camelyon17_indomain", "hospital", "temperature", False),
     ("camelyon17_transfer", "pair", "temperature_src", True),
+    ("covariate_transfer", "pair", "temperature_src", True),
+    ("prior_transfer", "pair", "temperature_src", True),
 )
+#: The transfer tables (target metrics, source-fitted temperature).
+TRANSFER_TABLES = tuple(t for t, _k, _c, transfer in TABLE_SPECS if transfer)
 TABLE_LABELS = {
     "indomain": "in-distribution",
     "indomain_propval": "in-distribution (proportional validation)",
     "transfer": "label-definition transfer",
     "camelyon17_indomain": "Camelyon17 in-distribution",
     "camelyon17_transfer": "Camelyon17 hospital transfer",
+    "covariate_transfer": "covariate-shift transfer",
+    "prior_transfer": "prior-shift transfer",
 }
+#: The shift kind of a table's rows when they carry no ``shift`` column (the PRISM release tables).
+TABLE_SHIFTS = {"transfer": "label_definition", "camelyon17_transfer": "covariate",
+                "covariate_transfer": "covariate", "prior_transfer": "prior"}
+#: Label of ``transfer`` rows whose task declares no shift kind (``shift`` = ``undeclared``).
+UNDECLARED_LABEL = "transfer (shift kind not declared)"
+
+
+def table_label(table: str, shift: Any = None) -> str:
+    """How the report names a table's runs: :data:`TABLE_LABELS`, except ``transfer`` rows whose
+    task declares no shift kind (:data:`UNDECLARED_LABEL`)."""
+    if table == "transfer" and str(shift) == "undeclared":
+        return UNDECLARED_LABEL
+    return TABLE_LABELS.get(table, table)
+
+
+def label_definition_bands_apply(table: str, shift: Any = None) -> bool:
+    """Whether the PRISM transfer-AUROC zone (label-definition pairs, Table 7) is the yardstick of
+    these runs: the release's label-definition table and runs declaring ``shift: label_definition``;
+    Camelyon17's hospital pairs keep the reading the report always gave them."""
+    if table == "camelyon17_transfer":
+        return True
+    return table == "transfer" and str(shift) != "undeclared"
 #: The band columns the verdict always reads (AUROC, macro-F1, raw and scaled ECE). The band tables
 #: use :func:`band_metrics`, which reads the metric registry (``bands=True``; plugins add more).
 VERDICT_BAND_COLUMNS = ("auroc", "f1_macro", "ece_fixed", "ece_scaled_fixed")
@@ -67,6 +95,8 @@ FEWSHOT_TOLERANCE = 0.02
 TRANSFER_ZONE = 0.85
 
 CELL_ID = ["table", "model", "setting", "fraction"]
+#: report_cells / report_settings column: the setting's shift kind (``label_definition``,
+#: ``covariate``, ``prior``, ``undeclared``; empty in-distribution)
 SETTINGS_COLUMNS = [
     "table", "model", "setting", "n_classes", "n_fractions", "fraction_min", "fraction_max", "n_runs",
     "auroc_lo", "auroc_hi", "f1_macro_lo", "f1_macro_hi", "ece_fixed_lo", "ece_fixed_hi",
@@ -80,6 +110,7 @@ SETTINGS_COLUMNS = [
     "degenerate_cells", "collapse_signal", "single_class_test_cells",
     "not_converged_runs", "not_converged_cells", "not_converged_fractions",
     "t_bound_cells", "t_bound_fractions", "t_bound_side", "nll_worse_cells", "nll_worse_fractions",
+    "shift",
 ]
 FEWSHOT_COLUMNS = [
     "table", "model", "setting", "fraction", "k", "n_runs", "temperature_fewshot", "ece_scaled_fewshot",
@@ -148,6 +179,12 @@ def _long(tables: RunTables, bands: tuple[str, ...] = VERDICT_BAND_COLUMNS) -> p
         cols: dict[str, Any] = {"table": table, "model": df["model"].astype(str), "setting": setting_values(df, key),
                                 "fraction": pd.to_numeric(df["fraction"], errors="coerce").round(9)}
         cols["n_classes"] = pd.Series(_n_classes(df, transfer, table).to_numpy(), index=df.index)
+        default_shift = TABLE_SHIFTS.get(table, "") if transfer else ""
+        if transfer and "shift" in df.columns:
+            cols["shift"] = df["shift"].where(df["shift"].notna() & (df["shift"].astype(str) != ""),
+                                              default_shift).astype(str)
+        else:
+            cols["shift"] = default_shift
         for m in bands:
             cols[m] = pd.to_numeric(df[m], errors="coerce") if m in df.columns else nan
         cols["temperature"] = pd.to_numeric(df[tcol], errors="coerce") if tcol in df.columns else nan
@@ -179,6 +216,7 @@ def report_cells(tables: RunTables, *, binary_logits: str = "symmetric",
     g = long.groupby(CELL_ID, sort=False)
     cols: dict[str, Any] = {"n_runs": g.size()}  # columns gathered first, one frame built: never fragmented
     cols["n_classes"] = g["n_classes"].first()
+    cols["shift"] = g["shift"].first()
     cols["neutral_temperature"] = pd.Series([neutral_temperature(k, binary_logits) for k in cols["n_classes"]],
                                             index=cols["n_classes"].index)
     for m in bands:
@@ -249,7 +287,7 @@ def fewshot_temperature(tables: RunTables, *, tolerance: float = FEWSHOT_TOLERAN
     ks = sorted(int(c[len("temperature_fewshot_k"):]) for c in long.columns if FEWSHOT_T.match(c))
     if not ks:
         return pd.DataFrame(columns=FEWSHOT_COLUMNS)
-    sub = long.loc[long["table"].isin(["transfer", "camelyon17_transfer"])]
+    sub = long.loc[long["table"].isin(TRANSFER_TABLES)]
     for (table, model, setting, fraction), g in sub.groupby(CELL_ID, sort=False):
         oracle = g["ece_scaled_oracle"].mean()
         for k in ks:
@@ -305,7 +343,7 @@ def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None,
     for (table, model, setting), g in cells.groupby(["table", "model", "setting"], sort=False):
         g = g.sort_values("fraction")
         lo, hi = g.iloc[0], g.iloc[-1]
-        transfer = table in ("transfer", "camelyon17_transfer")
+        transfer = table in TRANSFER_TABLES
         coll = g.loc[g["collapsed_runs"].fillna(0) > 0, "fraction"]
         largest = float(coll.max()) if len(coll) else np.nan
         above = g.loc[g["fraction"] > largest, "fraction"] if len(coll) else pd.Series(dtype=float)
@@ -340,6 +378,7 @@ def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None,
             "fewshot_ks": "", "fewshot_k_needed": np.nan, "fewshot_fractions_not_within": np.nan,
         })
         row.update(_quality_settings(g))
+        row["shift"] = str(lo["shift"]) if "shift" in g.columns and pd.notna(lo["shift"]) else ""
         if fewshot is not None and not fewshot.empty and transfer:
             fs = fewshot.loc[(fewshot["table"] == table) & (fewshot["model"] == model) & (fewshot["setting"] == setting)]
             if not fs.empty:
@@ -399,7 +438,7 @@ def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | 
     fs = fewshot_temperature(tables, tolerance=tol)
     if not fs.empty:
         out.tables["fewshot_temperature"] = fs
-    elif tables.transfer is not None or tables.camelyon17_transfer is not None:
+    elif any(tables[t] is not None for t in TRANSFER_TABLES):
         out.notes.append(
             "fewshot_temperature not computed: the transfer runs have no few-shot target temperature columns "
             "(temperature_fewshot_k<K> with ece_scaled_fewshot_k<K>, written by the temperature-transfer plugin)"
@@ -409,6 +448,7 @@ def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | 
 
 
 __all__ = [
-    "VERDICT_BAND_COLUMNS", "FEWSHOT_TOLERANCE", "TABLE_LABELS", "TRANSFER_ZONE", "band_metrics", "fewshot_ks", "fewshot_temperature",
+    "VERDICT_BAND_COLUMNS", "FEWSHOT_TOLERANCE", "TABLE_LABELS", "TABLE_SHIFTS", "TRANSFER_TABLES", "TRANSFER_ZONE",
+    "UNDECLARED_LABEL", "label_definition_bands_apply", "table_label", "band_metrics", "fewshot_ks", "fewshot_temperature",
     "neutral_temperature", "report_cells", "report_settings", "summarize",
 ]

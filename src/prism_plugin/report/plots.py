@@ -492,7 +492,8 @@ def rank_scatter(points: pd.DataFrame, fractions: Sequence[float], annotations: 
 
 
 # --------------------------------------------------------------------------- transfer
-def transfer_curves(cells: pd.DataFrame, settings: Sequence[str], *, aggregate_label: str | None = None) -> bytes:
+def transfer_curves(cells: pd.DataFrame, settings: Sequence[str], *, aggregate_label: str | None = None,
+                    zone: bool = True) -> bytes:
     """Target AUROC (top) and target ECE (bottom; raw solid, source-T scaled dashed)
     vs source label fraction, one column per pair. With ``aggregate_label`` the
     pairs are averaged per model (band: range over pairs)."""
@@ -522,7 +523,8 @@ def transfer_curves(cells: pd.DataFrame, settings: Sequence[str], *, aggregate_l
         for j, setting in enumerate(settings):
             sub = cells.loc[cells["setting"] == setting]
             a_ax, e_ax = g.axes[j], g.axes[n + j]
-            a_ax.axhspan(0, 0.85, color="#fef3c7", alpha=0.6, lw=0)
+            if zone:  # the PRISM label-definition zone (not drawn for a covariate / prior / undeclared shift)
+                a_ax.axhspan(0, 0.85, color="#fef3c7", alpha=0.6, lw=0)
             a_ax.axhline(0.5, color=MUTED, lw=0.9, ls=":")
             for model, grp in sub.groupby("model", sort=False):
                 grp = grp.sort_values("fraction")

@@ -26,7 +26,10 @@ Topics (the questions a user asks of their model):
   scaling (both said, each with its own line and count);
 * ``transfer`` — transfer AUROC against the ~0.85 zone of the PRISM paper
   (Table 7: below it, more source labels worsened target ECE in 86-88 % of
-  combinations; 8 % in [0.85, 0.95), 1 % above 0.95);
+  combinations; 8 % in [0.85, 0.95), 1 % above 0.95) for label-definition pairs (the release's
+  ``transfer`` table, tasks with ``shift: label_definition``) and Camelyon17; a declared
+  ``covariate`` / ``prior`` shift is said as such with its AUROC and ECE trend and no band; a
+  transfer task without ``shift:`` is said to lack it (``shift`` = ``undeclared``), with no band;
 * ``fewshot`` — how many labelled target samples the few-shot temperature
   needs to bring target ECE within 0.02 of the oracle ECE;
 * ``metrics`` — for each metric a third-party plugin describes (``register_metrics`` with a
@@ -43,7 +46,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from prism_plugin.report.derived import FEWSHOT_TOLERANCE, TABLE_LABELS, TRANSFER_ZONE
+from prism_plugin.report.derived import (FEWSHOT_TOLERANCE, TABLE_LABELS, TRANSFER_TABLES, TRANSFER_ZONE,
+                                         label_definition_bands_apply, table_label)
 
 SOURCE = "report_settings.csv"
 VERDICT_COLUMNS = ["model", "topic", "level", "table", "setting", "text", "source", "where", "column", "agg", "value"]
@@ -59,7 +63,10 @@ TOPICS = {
 }
 METRIC_SOURCE = "metric_cells.csv"
 IN_DISTRIBUTION = ("indomain", "camelyon17_indomain", "indomain_propval")
-TRANSFER = ("transfer", "camelyon17_transfer")
+TRANSFER = TRANSFER_TABLES
+#: What each declared shift kind means, said where the PRISM label-definition bands do not apply.
+SHIFT_WORDS = {"covariate": "covariate shift (same labels; site, scanner or stain differ)",
+               "prior": "prior shift (class proportions differ)"}
 #: Settings listed one by one up to this many per (model, table); beyond, they are summarised.
 MAX_LISTED = 8
 
@@ -104,8 +111,24 @@ def _where(table: str, model: str, settings) -> dict[str, Any]:
     return {"table": table, "model": model, "setting": settings[0] if len(settings) == 1 else settings}
 
 
+def _label(table: str, s: pd.DataFrame) -> str:
+    """The table's label for these settings (``transfer`` settings without a declared shift kind
+    are said as such)."""
+    shifts = set(s["shift"].astype(str)) if "shift" in s.columns and len(s) else set()
+    return table_label(table, "undeclared" if shifts == {"undeclared"} else None)
+
+
+def _blocks(ms: pd.DataFrame, table: str) -> list[pd.DataFrame]:
+    """The settings of ``table``, the ``transfer`` table split into declared and undeclared shift kinds."""
+    sub = ms.loc[ms["table"] == table]
+    if table != "transfer" or "shift" not in sub.columns:
+        return [sub]
+    undeclared = sub["shift"].astype(str) == "undeclared"
+    return [b for b in (sub.loc[~undeclared], sub.loc[undeclared]) if len(b)]
+
+
 def _glance(model: str, table: str, s: pd.DataFrame) -> list[dict]:
-    label = TABLE_LABELS.get(table, table)
+    label = _label(table, s)
     n = len(s)
     what = "setting" if n == 1 else f"{n} settings"
     out = []
@@ -151,7 +174,7 @@ def _collapse_rule(signal: str) -> str:
 
 def _collapse(model: str, table: str, s: pd.DataFrame) -> list[dict]:
     out = []
-    label = TABLE_LABELS.get(table, table)
+    label = _label(table, s)
     single = s.loc[s["single_class_test_cells"].fillna(0) > 0] if "single_class_test_cells" in s.columns else s.iloc[:0]
     for r in single.itertuples(index=False):
         n = _n(r.single_class_test_cells)
@@ -201,7 +224,7 @@ def _probe(model: str, table: str, s: pd.DataFrame) -> list[dict]:
         return []
     s = s.loc[s["not_converged_runs"].notna()]
     out = []
-    label = TABLE_LABELS.get(table, table)
+    label = _label(table, s)
     bad = s.loc[s["not_converged_runs"] > 0]
     for r in bad.itertuples(index=False):
         n, runs = _n(r.not_converged_runs), int(r.n_runs)
@@ -257,7 +280,7 @@ def _qualifiers(model: str, table: str, s: pd.DataFrame, transfer: bool) -> list
 
 def _scaling(model: str, table: str, s: pd.DataFrame) -> list[dict]:
     out = []
-    label = TABLE_LABELS.get(table, table)
+    label = _label(table, s)
     transfer = table in TRANSFER
     t_word = "the source-fitted temperature" if transfer else "temperature scaling"
     s = s.loc[s["scaling_cells"] > 0]
@@ -301,11 +324,63 @@ def _zone_text(auroc: float) -> tuple[str, str]:
                     "rising target ECE)")
 
 
+def _shift_of(r) -> str:
+    return str(_get(r, "shift", "") or "")
+
+
+def _transfer_unbanded(model: str, table: str, s: pd.DataFrame) -> list[dict]:
+    """Transfer lines of settings the PRISM label-definition bands do not apply to: a declared
+    covariate or prior shift (said as such), or a transfer task without a declared shift kind."""
+    out = []
+    if len(s) > MAX_LISTED:
+        a = float(s["transfer_auroc"].mean())
+        rises = int(s["target_ece_rises"].astype(bool).sum())
+        kind = _shift_of(next(s.itertuples(index=False)))
+        what = SHIFT_WORDS.get(kind, "shift kind not declared")
+        text = (f"{_label(table, s)} ({len(s)} pairs; {what}): mean target AUROC {_num(a)} over source label "
+                f"fractions; target ECE rose with more source labels on {rises} of {len(s)}. Not compared with the "
+                "PRISM label-definition bands" + (", which hold for label-definition pairs only." if kind in SHIFT_WORDS
+                                                  else _UNDECLARED_FIX))
+        out.append(_row(model, "transfer", "info" if kind in SHIFT_WORDS else "warn", table, "", text,
+                        _where(table, model, s["setting"]), "transfer_auroc", "mean", a))
+        return out
+    for r in s.itertuples(index=False):
+        kind = _shift_of(r)
+        direction = "rose" if r.target_ece_delta > 0 else "fell"
+        trend = (f"raw target ECE {direction} by {_num(abs(r.target_ece_delta))} from {pct(r.fraction_min)} to "
+                 f"{pct(r.fraction_max)} source labels")
+        if kind in SHIFT_WORDS:
+            text = (f"{_setting_name(r.setting)} ({SHIFT_WORDS[kind]}): transfer AUROC {_num(float(r.transfer_auroc))} "
+                    f"(mean over source label fractions); {trend}. The PRISM label-definition bands (~"
+                    f"{TRANSFER_ZONE:.2f} zone) are not the yardstick of a {kind} shift and are not applied.")
+            level = "info"
+        else:
+            text = (f"{_setting_name(r.setting)}: shift kind not declared — transfer AUROC "
+                    f"{_num(float(r.transfer_auroc))} (mean over source label fractions); {trend}. Not compared with "
+                    "the PRISM label-definition bands" + _UNDECLARED_FIX)
+            level = "warn"
+        out.append(_row(model, "transfer", level, table, r.setting, text, _where(table, model, [r.setting]),
+                        "transfer_auroc", "value", float(r.transfer_auroc)))
+    return out
+
+
+_UNDECLARED_FIX = ("; add `shift: covariate`, `shift: label_definition` or `shift: prior` to the transfer task "
+                   "file to say what differs between source and target.")
+
+
 def _transfer(model: str, table: str, s: pd.DataFrame) -> list[dict]:
     out = []
     s = s.loc[s["transfer_auroc"].notna()]
     if s.empty:
         return out
+    shifts = s["shift"].astype(str) if "shift" in s.columns else pd.Series("", index=s.index)
+    banded = np.array([label_definition_bands_apply(table, k) for k in shifts], dtype=bool) \
+        if table in ("transfer", "camelyon17_transfer") else np.zeros(len(s), dtype=bool)
+    if not banded.all():
+        out.extend(_transfer_unbanded(model, table, s.loc[~banded]))
+        s = s.loc[banded]
+        if s.empty:
+            return out
     if len(s) > MAX_LISTED:  # e.g. the 20 Camelyon17 hospital pairs: one line for all
         a = float(s["transfer_auroc"].mean())
         level, zone = _zone_text(a)
@@ -438,17 +513,20 @@ def build_verdict(settings: pd.DataFrame | None, *, tolerance: float = FEWSHOT_T
         tables = list(dict.fromkeys(ms["table"]))
         for table in tables:
             if table != "indomain_propval" or "indomain" not in tables:
-                rows.extend(_glance(model, table, ms.loc[ms["table"] == table]))
+                for block in _blocks(ms, table):
+                    rows.extend(_glance(model, table, block))
         rows.extend(_data_lines(model, list(flags or [])))
         for table in tables:
             if table == "indomain_propval" and "indomain" in tables:
                 continue  # same probes as the in-distribution grid
-            rows.extend(_probe(model, table, ms.loc[ms["table"] == table]))
+            for block in _blocks(ms, table):
+                rows.extend(_probe(model, table, block))
         for table in tables:
             if table == "indomain_propval" and "indomain" in tables:
                 continue  # same probes as the in-distribution grid; only its temperature differs
-            if table in IN_DISTRIBUTION or table == "transfer":
-                rows.extend(_collapse(model, table, ms.loc[ms["table"] == table]))
+            if table in IN_DISTRIBUTION or (table in TRANSFER and table != "camelyon17_transfer"):
+                for block in _blocks(ms, table):
+                    rows.extend(_collapse(model, table, block))
             elif table == "camelyon17_transfer":
                 sub = ms.loc[ms["table"] == table]
                 n_bad = int((sub["collapsed_cells"] > 0).sum())
@@ -476,7 +554,8 @@ def build_verdict(settings: pd.DataFrame | None, *, tolerance: float = FEWSHOT_T
                                          f"{TABLE_LABELS[table]}: {what} in {n} of {n_tot} cells.",
                                          _where(table, model, sub["setting"]), column, "sum", n))
             else:
-                rows.extend(_scaling(model, table, sub))
+                for block in _blocks(ms, table):
+                    rows.extend(_scaling(model, table, block))
         has_transfer = any(t in TRANSFER for t in tables)
         for table in tables:
             if table in TRANSFER:

@@ -52,6 +52,12 @@ from prism_plugin.tables import RunTables, SummaryOutput
 
 LABEL_DEFINITION = "label-definition"
 COVARIATE = "covariate"
+#: Designs of prism-run results beyond the release's two (by the transfer task's ``shift:``): a
+#: declared covariate / prior shift of a user task, and transfer tasks that declare no shift kind.
+#: Kept apart from the release designs so that neither band nor headline mixes them in.
+DECLARED_COVARIATE = "declared-covariate"
+DECLARED_PRIOR = "declared-prior"
+UNDECLARED = "shift-undeclared"
 #: Half-open auroc_mean bands [lo, hi) of §6.10.
 BANDS: tuple[tuple[float, float], ...] = ((0.0, 0.55), (0.55, 0.70), (0.70, 0.85), (0.85, 0.95), (0.95, 1.01))
 #: Model whose covariate-shift numbers are reported separately (§6.10: CLIP).
@@ -143,13 +149,15 @@ def design_table(df: pd.DataFrame, design: str) -> pd.DataFrame:
 
 
 def mechanism_summary(transfer: pd.DataFrame | None = None,
-                      camelyon17_transfer: pd.DataFrame | None = None) -> pd.DataFrame:
+                      camelyon17_transfer: pd.DataFrame | None = None,
+                      more: Mapping[str, pd.DataFrame | None] | None = None) -> pd.DataFrame:
     """``mechanism_summary`` (§6.10): one row per (design, model, pair);
     label-definition rows (from ``transfer``) first, then covariate rows (from
-    ``camelyon17_transfer``). Columns :data:`SUMMARY_COLUMNS`."""
+    ``camelyon17_transfer``), then the designs of ``more`` (design name -> runs) in order.
+    Columns :data:`SUMMARY_COLUMNS`."""
     parts, notes = [], []
-    for design, df in ((LABEL_DEFINITION, transfer), (COVARIATE, camelyon17_transfer)):
-        if df is None:
+    for design, df in ((LABEL_DEFINITION, transfer), (COVARIATE, camelyon17_transfer), *dict(more or {}).items()):
+        if df is None or df.empty:
             continue
         t = design_table(df, design)
         notes.extend(t.attrs.get("notes", []))
@@ -276,6 +284,19 @@ def mechanism_headline(summary: pd.DataFrame, *, focus_model: str = FOCUS_MODEL)
     return h, notes
 
 
+def split_undeclared(transfer: pd.DataFrame | None) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """(label-definition rows, rows of transfer tasks without a declared shift kind) of the
+    ``transfer`` table (``shift`` = ``undeclared``, set by :func:`prism_plugin.tables.tables_from_results`;
+    the release table has no ``shift`` column: all label-definition)."""
+    if transfer is None or "shift" not in transfer.columns:
+        return transfer, None
+    from prism_plugin.tables import UNDECLARED as MARK
+
+    und = transfer["shift"].astype(str) == MARK
+    a, b = transfer.loc[~und], transfer.loc[und]
+    return (a if len(a) else None), (b if len(b) else None)
+
+
 def camelyon17_ece_trend(camelyon17_transfer: pd.DataFrame) -> pd.DataFrame:
     """``camelyon17_ece_trend`` (§6.11): per (model, pair) in CSV order, lo / hi =
     seed-mean ``ece_fixed`` at the smallest / largest fraction (1 % / 100 %),
@@ -307,11 +328,18 @@ def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | 
     transfer table exists) and the §6.10 headline statistics. Option
     ``mechanism_focus_model`` (default ``"CLIP"``) names the model whose
     covariate numbers are reported apart."""
-    if tables.transfer is None and tables.camelyon17_transfer is None:
+    label_def, undeclared = split_undeclared(tables.transfer)
+    more = {DECLARED_COVARIATE: tables.covariate_transfer, DECLARED_PRIOR: tables.prior_transfer,
+            UNDECLARED: undeclared}
+    if label_def is None and tables.camelyon17_transfer is None and all(v is None for v in more.values()):
         return None
     focus = str((options or {}).get("mechanism_focus_model", FOCUS_MODEL))
     out = SummaryOutput()
-    summary = mechanism_summary(tables.transfer, tables.camelyon17_transfer)
+    summary = mechanism_summary(label_def, tables.camelyon17_transfer, more)
+    if undeclared is not None:
+        n = len(_with_pair(undeclared)[["model", "pair"]].drop_duplicates())
+        out.notes.append(f"mechanism_summary: {n} transfer combination(s) of tasks without `shift:` are design {UNDECLARED!r}, not "
+                         "label-definition; add `shift: covariate | label_definition | prior` to the task file")
     out.notes.extend(summary.attrs.get("notes", []))
     out.tables["mechanism_summary"] = summary
     out.tables["mechanism_bands"] = mechanism_bands(summary)

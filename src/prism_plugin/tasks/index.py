@@ -34,7 +34,7 @@ from prism_plugin.tasks.schema import TaskConfig, build_task
 
 #: Keys a group passes down to its members (unless a member sets them in its own file).
 PROPAGATED_KEYS = ("label_fractions", "seeds", "probe", "ece_bins", "binary_logits", "temperature_bounds",
-                   "proportional_val")
+                   "proportional_val", "split_seeds", "probes")
 GROUP_KEYS = frozenset({"group", "description", "tasks", "include", "tags", *PROPAGATED_KEYS})
 #: ``--set`` keys that a transfer task hands to its source and target tasks (it has no data of its own).
 FORWARDED_TO_MEMBERS = ("split",)
@@ -89,6 +89,14 @@ class GroupConfig:
     @property
     def seeds(self) -> tuple[int, ...]:
         return tuple(sorted({s for t in self.tasks for s in t.seeds}))
+
+    @property
+    def n_runs(self) -> int:
+        return sum(t.n_runs for t in self.tasks)
+
+    def grid_text(self) -> str:
+        """``16 tasks, 160 runs`` (per model): the size of the group's grid."""
+        return f"{len(self.tasks)} task{'s' if len(self.tasks) != 1 else ''}, {self.n_runs} runs"
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -266,6 +274,7 @@ class TaskIndex:
         self._groups: dict[str, TaskEntry] = {}
         self._shadowed: dict[str, list[TaskEntry]] = {}
         self._warned: set[tuple] = set()
+        self._members = 0  # > 0 while a transfer task loads its source and target tasks
 
     # ------------------------------------------------------------------ discovery
     def _scan(self) -> None:
@@ -385,6 +394,13 @@ class TaskIndex:
         self._warn_file_shadow("task", task.name, file)
         if task.is_transfer:
             self._resolve_transfer(task, forwarded, located)
+        if task.split_seeds and not self._members and ("split.seed",) not in self._warned and any(
+                parse_override(o)[0] in ("split.seed", "split") for o in overrides + forwarded):
+            self._warned.add(("split.seed",))  # once per command, not once per group member
+            what = "the source split; the target keeps its split.seed" if task.is_transfer else "the splits"
+            warnings.warn(f"task {task.name}: --set split.seed does not choose the split seed of a task with "
+                          f"split_seeds {list(task.split_seeds)} (they set {what}); pass --set split_seeds=[N] to "
+                          "run split seed N alone", stacklevel=2)
         return task
 
     def _warn_file_shadow(self, kind: str, name: str, file: Path) -> None:
@@ -453,15 +469,22 @@ class TaskIndex:
         where = located.where if located is not None else (lambda key: task.file)
         for role in ("source", "target"):
             name = getattr(task, f"{role}_task")
+            self._members += 1
             try:
                 member = self.load_task(name, forwarded, files=False)
             except UnknownNameError as exc:
                 raise PrismError(f"{where(role + '_task')}: {role}_task: {exc}") from None
+            finally:
+                self._members -= 1
             if member.is_transfer:
                 raise PrismError(f"{where(role + '_task')}: {role}_task {member.name!r} is itself a transfer task; "
                                  "name an in-distribution task")
             setattr(task, f"{role}_config", member)
         src_cfg, tgt_cfg = task.source_config, task.target_config
+        if task.split_seeds and not src_cfg.split:
+            raise PrismError(f"{where('split_seeds')}: split_seeds: the source task {src_cfg.name} ({src_cfg.file}) has "
+                             "no split: procedure to vary; give it one (split: {procedure: stratified, seed: 0, parts: "
+                             "{train: 0.7, heldout: 0.3}}) or drop split_seeds")
         if task.target_split not in tgt_cfg.splits:
             raise PrismError(f"{where('target_split')}: target task {tgt_cfg.name} has no {task.target_split!r} split")
         linked = not (located is not None and located.data.get("ood_stability") is False)

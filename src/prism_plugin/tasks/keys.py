@@ -49,14 +49,76 @@ def _sweep(value: Any, ctx: TaskKeyContext):
     return parse_sweep(dict(ctx.data), ctx.checker, lambda variant: ctx.settings(variant)["probe"])
 
 
+#: The shift kinds a transfer task may declare (``shift:``); the report compares a transfer with the
+#: PRISM label-definition bands only when it says ``label_definition``.
+SHIFT_KINDS = ("covariate", "label_definition", "prior")
+
+
+def _shift(value: Any, ctx: TaskKeyContext):
+    from prism_plugin.errors import suggest
+    from prism_plugin.paths import short_repr
+
+    text = value.strip().replace("-", "_").lower() if isinstance(value, str) else None
+    if text not in SHIFT_KINDS:
+        hint = suggest(text, SHIFT_KINDS) if text else ""
+        raise ctx.fail("shift", f"must be one of {', '.join(SHIFT_KINDS)}, got {short_repr(value)}{hint} "
+                                "(covariate: same labels, other site/scanner/stain; label_definition: the classes "
+                                "are defined differently on the target; prior: class proportions differ)")
+    return text
+
+
+def _perturb(value: Any, ctx: TaskKeyContext):
+    from prism_plugin.data.perturb import check_task_perturb
+
+    return check_task_perturb(value, ctx)
+
+
+def _dataset_aliases(value: Any, ctx: TaskKeyContext):
+    """Other names of the task's dataset (e.g. a cohort name an encoder's paper uses), matched
+    case-insensitively against encoders' declared pretraining data by ``prism-run audit``."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ctx.fail("dataset_aliases", f"must be a list of dataset names, e.g. [LabAnonymous], got {value!r}")
+    return [v.strip() for v in value]
+
+
+def _split_seeds(value: Any, ctx: TaskKeyContext):
+    from prism_plugin.tasks.grid_keys import check_split_seeds
+
+    return check_split_seeds(value, ctx)
+
+
+def _probes(value: Any, ctx: TaskKeyContext):
+    from prism_plugin.tasks.grid_keys import check_probes
+
+    return check_probes(value, ctx)
+
+
 @hookimpl
 def register_task_keys(register) -> None:
     register("adaptation", _adaptation, description="test-time adaptation methods, analyses and diagnostics to run "
              "(see `prism-run ls adaptation`); [] switches the adaptation plugin off")
+    register("perturb", _perturb, kinds=("indomain",), description="SYNTHETIC perturbation domain: "
+             "{seed, transforms: [{kind: hed_jitter | hsv_jitter | blur | jpeg | scale, ...}]} applied to every image "
+             "the task's source yields (seeded per image; part of the images fingerprint)")
     register("priors", _priors, description="class-prior stress test: {names, custom, batch_sizes, draws, seed}")
     register("sweep", _sweep, default={}, description="one task variant per value of a probe setting, "
              "e.g. {probe.C: [0.01, 0.1, 1]}")
+    register("shift", _shift, kinds=("transfer",), description="what differs between source and target: covariate "
+             "(site, scanner, stain), label_definition (the classes are defined differently) or prior (class "
+             "proportions); the verdict compares only label_definition transfers with the PRISM bands", results=False)
+    register("dataset_aliases", _dataset_aliases, kinds=("indomain",), description="other names of this task's "
+             "dataset (e.g. [LabAnonymous]): the exposure audit matches them, like `dataset`, case-insensitively "
+             "against each encoder's declared pretraining data", results=False)
     register("allow_split_overlap", _allow_split_overlap, default=[],
              description="split pairs allowed to be the same data or to share rows, e.g. [val, test] (the temperature "
              "is then fitted on the evaluation split); without it identical val/test or train/test is an error. "
              "Recorded in summary.json as a data check of level 'allowed'")
+    register("split_seeds", _split_seeds, default=(), description="grid dimension: the split: procedure runs with each "
+             "seed in turn (a transfer task: its source task's; the target keeps its own split), e.g. [0, 1, 2, 3, 4]; "
+             "runs.csv gains a split_seed column")
+    register("probes", _probes, default=(), description="grid dimension: each probe in turn, e.g. [logistic_std, "
+             "knn1] or [{kind: logistic_std, C: 1.0}, knn1]; --probe KIND runs that one probe instead")

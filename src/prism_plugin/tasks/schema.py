@@ -78,6 +78,11 @@ class TaskConfig:
     priors: dict[str, Any] | None = None
     #: ``sweep:`` {key, values, probes} (prism_plugin.tasks.sweep); empty once expanded into variants
     sweep: dict[str, Any] = field(default_factory=dict)
+    #: grid dimensions (prism_plugin.tasks.grid_keys): the split seeds the ``split:`` procedure (for a
+    #: transfer task: its source task's) runs with, and the probes run on each; () = the task's own
+    #: ``split.seed`` and ``probe`` (ids, cells and runs.csv exactly as without the keys)
+    split_seeds: tuple[int, ...] = ()
+    probes: tuple[dict[str, Any], ...] = ()
     #: values of third-party task keys (``register_task_keys``), passed to every run as ``run.meta[key]``
     extras: dict[str, Any] = field(default_factory=dict)
     # -- transfer tasks: train on the source task, evaluate on the target --
@@ -106,11 +111,38 @@ class TaskConfig:
         return self.kind == "transfer"
 
     @property
+    def grid_probes(self) -> tuple[dict[str, Any], ...]:
+        """The probes the grid runs: ``probes``, else the one ``probe``."""
+        return tuple(self.probes) or (dict(self.probe),)
+
+    @property
+    def grid_split_seeds(self) -> tuple[int | None, ...]:
+        """The split seeds the grid runs: ``split_seeds``, else ``(None,)`` (the task's own splits)."""
+        return tuple(self.split_seeds) or (None,)
+
+    @property
+    def n_runs(self) -> int:
+        """Runs of the whole grid: split seeds x probes x label fractions x seeds."""
+        return len(self.grid_split_seeds) * len(self.grid_probes) * len(self.label_fractions) * len(self.seeds)
+
+    def grid_text(self) -> str:
+        """``5 split seeds x 2 probes (logistic_std, knn1) x 1 fractions x 1 seeds = 10 runs``; without the
+        grid-dimension keys ``6 fractions x 3 seeds = 18 runs``."""
+        parts = []
+        if self.split_seeds:
+            parts.append(f"{len(self.split_seeds)} split seed{'s' if len(self.split_seeds) != 1 else ''}")
+        if self.probes:
+            kinds = ", ".join(str(p.get("kind")) for p in self.probes)
+            parts.append(f"{len(self.probes)} probe{'s' if len(self.probes) != 1 else ''} ({kinds})")
+        parts += [f"{len(self.label_fractions)} fractions", f"{len(self.seeds)} seeds"]
+        return " x ".join(parts) + f" = {self.n_runs} runs"
+
+    @property
     def has_val(self) -> bool:
         return "val" in self.splits
 
 
-class _Checker:
+class Checker:
     """Builds file:line errors and, while ``collecting``, gathers every independent problem.
 
     :meth:`attempt` runs one check: in collecting mode a problem is recorded and the
@@ -206,7 +238,7 @@ class _Checker:
 
 
 #: task keys the TaskConfig holds as attributes (the built-in plugin keys); others go to ``extras``
-ATTRIBUTE_KEYS = ("adaptation", "priors", "sweep")
+ATTRIBUTE_KEYS = ("adaptation", "priors", "sweep", "split_seeds", "probes")
 
 
 def build_task(located: Located, host=None) -> TaskConfig:
@@ -218,7 +250,7 @@ def build_task(located: Located, host=None) -> TaskConfig:
     """
     from prism_plugin.plugins import host_or_shared
 
-    c = _Checker(located, host_or_shared(host), collecting=True)
+    c = Checker(located, host_or_shared(host), collecting=True)
     try:
         task = _build(located, c)
     except PrismError as exc:  # a problem the rest of the checks depend on (e.g. an unknown kind)
@@ -229,7 +261,7 @@ def build_task(located: Located, host=None) -> TaskConfig:
     return task
 
 
-def _required(located: Located, c: _Checker, keys: tuple[str, ...], what: str = "") -> None:
+def _required(located: Located, c: Checker, keys: tuple[str, ...], what: str = "") -> None:
     for key in keys:
         if key not in located.data:
             exc = PrismError(f"{located.file}: missing required key {key!r}{what}")
@@ -237,7 +269,7 @@ def _required(located: Located, c: _Checker, keys: tuple[str, ...], what: str = 
             c.add(exc)
 
 
-def _build(located: Located, c: _Checker) -> TaskConfig:
+def _build(located: Located, c: Checker) -> TaskConfig:
     host = c.host
     d = located.data
     c.unknown(d, CORE_KEYS | set(host.task_keys.names()))
@@ -304,7 +336,7 @@ def _build(located: Located, c: _Checker) -> TaskConfig:
     )
 
 
-def _classes(d: dict, c: _Checker, located: Located) -> tuple[int | None, tuple[str, ...] | None]:
+def _classes(d: dict, c: Checker, located: Located) -> tuple[int | None, tuple[str, ...] | None]:
     """(n_classes, class_names); None for a value that failed its check (already recorded)."""
     def names() -> tuple[str, ...]:
         out = c.str_list(d["class_names"], "class_names")
@@ -324,7 +356,7 @@ def _classes(d: dict, c: _Checker, located: Located) -> tuple[int | None, tuple[
     return n_classes, class_names
 
 
-def _splits(d: dict, c: _Checker, n_classes: int | None) -> dict[str, SplitConfig]:
+def _splits(d: dict, c: Checker, n_classes: int | None) -> dict[str, SplitConfig]:
     splits_raw = d["splits"]
     if not isinstance(splits_raw, dict):
         c.add(c.fail("splits", "must map train/val/test to split names or {name, size}"))
@@ -364,7 +396,7 @@ def _splits(d: dict, c: _Checker, n_classes: int | None) -> dict[str, SplitConfi
     return splits
 
 
-def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
+def _protocol_settings(d: dict, c: Checker, n_classes: int) -> dict[str, Any]:
     """Keys shared by every task kind: grid, probe, ECE, temperature, extra columns."""
     def fractions_of() -> tuple[float, ...]:
         raw = d["label_fractions"]
@@ -387,32 +419,7 @@ def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
     seeds = c.attempt(seeds_of, DEFAULT_SEEDS) if "seeds" in d else DEFAULT_SEEDS
 
     default_probe = {"kind": "logistic", "C": 1.0, "max_iter": 1000}
-
-    def probe_of() -> dict[str, Any]:
-        raw = d["probe"]
-        if not isinstance(raw, dict):
-            raise c.fail("probe", "must be a mapping, e.g. {kind: logistic, C: 1.0}")
-        kind_p = raw.get("kind", "logistic")
-        c.string(kind_p, "probe.kind")
-        heads = c.host.registry("heads")
-        if kind_p not in heads:  # "unknown probe head 'mpl'; did you mean 'mlp'? (available: ...)"
-            try:
-                heads.get(kind_p)
-            except PrismError as exc:
-                c.add(c.fail("probe.kind", str(exc)))
-        if kind_p == "logistic":
-            c.unknown(raw, PROBE_KEYS, "probe.")
-            if "C" in raw:
-                c.attempt(lambda: c.number(raw["C"], "probe.C", 0.0, 1e12, lo_open=True))
-            if "max_iter" in raw:
-                c.attempt(lambda: c.integer(raw["max_iter"], "probe.max_iter", 1, 10**7))
-            if "tol" in raw:
-                c.attempt(lambda: c.number(raw["tol"], "probe.tol", 0.0, 1.0, lo_open=True))
-            if raw.get("backend", "sklearn") not in ("sklearn", "torch"):
-                c.add(c.fail("probe.backend", "must be 'sklearn' (reference, default) or 'torch', got "
-                                              f"{short_repr(raw['backend'])}"))
-        return {**({"C": 1.0, "max_iter": 1000} if kind_p == "logistic" else {}), **raw, "kind": kind_p}
-    probe = c.attempt(probe_of, default_probe) if "probe" in d else default_probe
+    probe = c.attempt(lambda: normalise_probe(d["probe"], c), default_probe) if "probe" in d else default_probe
 
     ece_bins = c.attempt(lambda: c.integer(d.get("ece_bins", 15), "ece_bins", 1, 10_000), 15)
     binary_logits = d.get("binary_logits", "symmetric")
@@ -462,7 +469,35 @@ def _protocol_settings(d: dict, c: _Checker, n_classes: int) -> dict[str, Any]:
     )
 
 
-def _variant_settings(c: _Checker, n_classes: int) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+def normalise_probe(raw: Any, c: Checker, key: str = "probe") -> dict[str, Any]:
+    """A ``probe:`` mapping checked (the head kind against the heads registry; the logistic probe's
+    settings) and completed with the logistic defaults (``C`` 1, ``max_iter`` 1000). Problems name
+    ``key`` (``probe``; the ``probes`` key validator passes its own)."""
+    if not isinstance(raw, dict):
+        raise c.fail(key, "must be a mapping, e.g. {kind: logistic, C: 1.0}")
+    kind_p = raw.get("kind", "logistic")
+    c.string(kind_p, f"{key}.kind")
+    heads = c.host.registry("heads")
+    if kind_p not in heads:  # "unknown probe head 'mpl'; did you mean 'mlp'? (available: ...)"
+        try:
+            heads.get(kind_p)
+        except PrismError as exc:
+            c.add(c.fail(f"{key}.kind", str(exc)))
+    if kind_p == "logistic":
+        c.unknown(raw, PROBE_KEYS, f"{key}.")
+        if "C" in raw:
+            c.attempt(lambda: c.number(raw["C"], f"{key}.C", 0.0, 1e12, lo_open=True))
+        if "max_iter" in raw:
+            c.attempt(lambda: c.integer(raw["max_iter"], f"{key}.max_iter", 1, 10**7))
+        if "tol" in raw:
+            c.attempt(lambda: c.number(raw["tol"], f"{key}.tol", 0.0, 1.0, lo_open=True))
+        if raw.get("backend", "sklearn") not in ("sklearn", "torch"):
+            c.add(c.fail(f"{key}.backend", "must be 'sklearn' (reference, default) or 'torch', got "
+                                           f"{short_repr(raw['backend'])}"))
+    return {**({"C": 1.0, "max_iter": 1000} if kind_p == "logistic" else {}), **raw, "kind": kind_p}
+
+
+def _variant_settings(c: Checker, n_classes: int) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
     """The ``settings`` callback of a task key (``sweep``): a variant's protocol settings, raising.
 
     Keys that already failed in the task itself are left out of the variant, so their problem is
@@ -471,11 +506,11 @@ def _variant_settings(c: _Checker, n_classes: int) -> Callable[[Mapping[str, Any
     def settings(variant: Mapping[str, Any]) -> dict[str, Any]:
         bad = {str(getattr(e, "key", "") or "").split(".")[0] for e in c.problems}
         clean = {k: v for k, v in variant.items() if k not in bad}
-        return _protocol_settings(clean, _Checker(c.loc, c.host), n_classes)
+        return _protocol_settings(clean, Checker(c.loc, c.host), n_classes)
     return settings
 
 
-def _plugin_keys(d: dict, c: _Checker, host, n_classes: int) -> dict[str, Any]:
+def _plugin_keys(d: dict, c: Checker, host, n_classes: int) -> dict[str, Any]:
     """Every registered task key: validated value, or its default when absent."""
     from prism_plugin.registrars import TaskKeyContext
 
@@ -508,7 +543,7 @@ def _plugin_keys(d: dict, c: _Checker, host, n_classes: int) -> dict[str, Any]:
     return {**attrs, "extras": extras}
 
 
-def _build_transfer(located: Located, c: _Checker) -> TaskConfig:
+def _build_transfer(located: Located, c: Checker) -> TaskConfig:
     """A transfer task: probe trained on ``source_task``, evaluated on ``target_task``'s test split."""
     from prism_plugin.protocol.labels import check_label_map
 

@@ -142,17 +142,19 @@ def expand_task(task) -> list:
 
 
 def check_probe(task, host) -> None:
-    """Build the task's probe head once (no fit) so bad settings fail before any extraction."""
-    settings = {k: v for k, v in task.probe.items() if k != "kind"}
-    kind = str(task.probe.get("kind", "logistic"))
-    factory = host.head_factory(kind)
-    try:
-        factory(seed=int(task.seeds[0]) if task.seeds else 0, **settings)
-    except TypeError as exc:
-        raise PrismError(f"{task.file}: task {task.name}: probe settings {json.dumps(settings, default=str)} "
-                         f"rejected by head {kind!r}: {exc}") from None
-    except PrismError as exc:
-        raise PrismError(f"{task.file}: task {task.name}: {exc}") from None
+    """Build each of the task's probe heads once (no fit; ``probe``, or every entry of ``probes``) so bad
+    settings fail before any extraction."""
+    for probe in getattr(task, "grid_probes", None) or (task.probe,):
+        settings = {k: v for k, v in probe.items() if k != "kind"}
+        kind = str(probe.get("kind", "logistic"))
+        factory = host.head_factory(kind)
+        try:
+            factory(seed=int(task.seeds[0]) if task.seeds else 0, **settings)
+        except TypeError as exc:
+            raise PrismError(f"{task.file}: task {task.name}: probe settings {json.dumps(settings, default=str)} "
+                             f"rejected by head {kind!r}: {exc}") from None
+        except PrismError as exc:
+            raise PrismError(f"{task.file}: task {task.name}: {exc}") from None
 
 
 def expand_sweeps(tasks: Iterable, host=None) -> list:
