@@ -58,7 +58,6 @@ class _DinoBloom(DinoV2Family):
     profiles = {"audit": DINOBLOOM_AUDIT, "model_card": DINOBLOOM_CARD}
     default_profile = "audit"
     native_size = 518
-    weight_files = ("model.safetensors", "pytorch_model.bin")
     pretraining_data = DINOBLOOM_PRETRAINING
 
     def __init_subclass__(cls, **kwargs: Any):

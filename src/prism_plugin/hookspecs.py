@@ -38,7 +38,8 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from prism_plugin.contracts import ReportSection, ReportView, RunContext, RunTables, SummaryOutput
     from prism_plugin.registrars import (AdapterRegistrar, AdaptationRegistrar, CheckRegistrar, CommandRegistrar,
-                                         HeadRegistrar, MetricRegistrar, SourceRegistrar, TableRegistrar, TaskKeyRegistrar)
+                                         HeadRegistrar, MetricRegistrar, PerturbationRegistrar, SourceRegistrar,
+                                         TableRegistrar, TaskKeyRegistrar)
 
 #: The typed registrar objects passed to the ``register_*`` hooks live in
 #: :mod:`prism_plugin.registrars`; each is called like a function.
@@ -134,6 +135,18 @@ def register_checks(register: "CheckRegistrar") -> None:
     ``check(runs, ctx) -> list[Flag]`` (:class:`prism_plugin.quality.Flag`, ``ctx`` a
     :class:`~prism_plugin.quality.QualityContext`) reads a finished runs table; its flags reach the
     console, ``summary.json`` (``flags``, ``qualified``) and the verdict like the built-in ones.
+    """
+
+
+@hookspec
+def register_perturbations(register: "PerturbationRegistrar") -> None:
+    """Register synthetic image transforms of the ``perturb:`` task key:
+    ``register(name, transform, *, params, description)``.
+
+    ``transform(img, rng, **params) -> img`` maps an ``H x W x 3`` uint8 image to one of the same shape,
+    drawing randomness only from ``rng`` (the image's own seeded stream); ``params`` maps each
+    parameter to a :class:`prism_plugin.data.perturb.Param` (default, bounds), validated with file,
+    line and key in task files.
     """
 
 

@@ -31,7 +31,8 @@ import pluggy
 from prism_plugin import hookspecs
 from prism_plugin.errors import PrismError, UnknownNameError
 from prism_plugin.registrars import (AdapterRegistrar, AdaptationRegistrar, CheckRegistrar, CommandRegistrar,
-                                     HeadRegistrar, MetricRegistrar, Registrar, SourceRegistrar, TableRegistrar, TaskKeyRegistrar)
+                                     HeadRegistrar, MetricRegistrar, PerturbationRegistrar, Registrar, SourceRegistrar,
+                                     TableRegistrar, TaskKeyRegistrar)
 from prism_plugin.registry import Entry, Registry
 
 PLUGIN_GROUP = "prism_plugin"
@@ -44,7 +45,7 @@ BUILTIN_ORIGIN = "prism_plugin (built in)"
 #: names are what ``--disable`` takes. Order matters: ``run_metrics`` columns follow it.
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     # the core catalogues (registrations only): heads, sources, table kinds, task keys, metric
-    # descriptions, commands, run-quality checks
+    # descriptions, commands, run-quality checks, synthetic image perturbations
     ("builtin_heads", "prism_plugin.protocol.probe"),
     ("builtin_sources", "prism_plugin.data.builtin"),
     ("builtin_tables", "prism_plugin.tables"),
@@ -52,6 +53,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("builtin_metrics", "prism_plugin.metrics.descriptions"),
     ("builtin_commands", "prism_plugin.commands"),
     ("builtin_checks", "prism_plugin.quality"),
+    ("builtin_perturbations", "prism_plugin.data.perturb"),
     # the plugins (alphabetical: the run_metrics column order of the reference-era runs.csv)
     ("adaptation", "prism_plugin.adaptation.plugin"),
     ("budget", "prism_plugin.summaries.budget"),
@@ -80,7 +82,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
 #: The core catalogues cannot be disabled: without them no run validates (the PRISM probe, the
 #: table kinds, the task keys, the metric descriptions of summary.json, the subcommands).
 REQUIRED_PLUGINS = frozenset({"builtin_heads", "builtin_sources", "builtin_tables", "builtin_task_keys",
-                              "builtin_metrics", "builtin_commands", "builtin_checks"})
+                              "builtin_metrics", "builtin_commands", "builtin_checks", "builtin_perturbations"})
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ CATALOGUES: dict[str, Catalogue] = {
     "metrics": Catalogue(("register_metrics",), MetricRegistrar, "metric"),
     "commands": Catalogue(("register_commands",), CommandRegistrar, "command"),
     "checks": Catalogue(("register_checks",), CheckRegistrar, "quality check"),
+    "perturbations": Catalogue(("register_perturbations",), PerturbationRegistrar, "perturbation"),
 }
 
 
@@ -381,6 +384,10 @@ class PluginHost:
     @property
     def checks(self) -> Registry:
         return self.registry("checks")
+
+    @property
+    def perturbations(self) -> Registry:
+        return self.registry("perturbations")
 
     # -- adapters and heads (the first two catalogues; kept for existing callers) ------------
     def adapters(self) -> dict[str, AdapterEntry]:

@@ -125,9 +125,10 @@ def _split_seed_text(value: Any) -> str:
 
 def all_run_ids(runs: pd.DataFrame) -> list[str]:
     """The id of every row (:func:`prism_plugin.protocol.grid.run_id`): those the runner attached
-    (``runs.attrs[RUN_IDS_ATTR]``), else built from the columns: ``f<fraction>-s<seed>``, plus
-    ``-split<S>`` where a ``split_seed`` is given and ``-<probe>`` where the table holds several probe
-    kinds (a runs.csv read back; a one-probe ``probes:`` task's ids then lack their probe)."""
+    (``runs.attrs[RUN_IDS_ATTR]``), else the ``run_id`` column (rows of tasks with grid keys; the other
+    rows are ``f<fraction>-s<seed>``), else, for tables written before that column, rebuilt from the
+    columns: ``-split<S>`` where a ``split_seed`` is given and ``-<probe>`` where the table holds several
+    probe kinds."""
     from prism_plugin.protocol.grid import probe_label
 
     ids = runs.attrs.get(RUN_IDS_ATTR)
@@ -135,6 +136,9 @@ def all_run_ids(runs: pd.DataFrame) -> list[str]:
         return [str(i) for i in ids]
     if "fraction" not in runs or "seed" not in runs:
         return [str(i) for i in runs.index]
+    if "run_id" in runs:  # the runner writes it for tasks with grid keys; the other rows' ids are plain
+        return [str(r) if isinstance(r, str) and r else f"f{float(f):g}-s{s}"
+                for r, f, s in zip(runs["run_id"], runs["fraction"], runs["seed"])]
     splits = runs["split_seed"] if "split_seed" in runs else pd.Series([None] * len(runs), index=runs.index)
     several = "probe" in runs and runs["probe"].nunique(dropna=True) > 1
     probes = runs["probe"] if several else pd.Series([None] * len(runs), index=runs.index)

@@ -231,6 +231,35 @@ class CheckRegistrar(Registrar):
         self._add(name, check, description=description, aliases=aliases)
 
 
+@dataclass(frozen=True)
+class Perturbation:
+    """A synthetic image transform of the ``perturb:`` task key (:mod:`prism_plugin.data.perturb`)."""
+
+    name: str
+    #: ``transform(img, rng, **params) -> img``: ``H x W x 3`` uint8 in and out, randomness only from ``rng``
+    transform: Callable[..., Any]
+    #: parameter name -> spec with ``default``, ``lo``, ``hi`` (and optionally ``integer``, ``rangeable``,
+    #: ``choices``): :class:`prism_plugin.data.perturb.Param`
+    params: Mapping[str, Any]
+    description: str = ""
+
+
+class PerturbationRegistrar(Registrar):
+    def __call__(self, name: str, transform: Callable[..., Any], *, params: Mapping[str, Any] | None = None,
+                 description: str = "", aliases: Iterable[str] = ()) -> None:
+        """``transform(img, rng, **params)``; ``params`` maps each parameter to a
+        :class:`~prism_plugin.data.perturb.Param` (default and bounds, validated in task files)."""
+        if not callable(transform):
+            raise PrismError(f"perturbation {name!r} (from {self.origin}): transform must be callable "
+                             "transform(img, rng, **params) -> img")
+        for key, spec in dict(params or {}).items():
+            if not all(hasattr(spec, a) for a in ("default", "lo", "hi")):
+                raise PrismError(f"perturbation {name!r} (from {self.origin}): parameter {key!r} needs a "
+                                 "prism_plugin.data.perturb.Param(default, lo, hi)")
+        self._add(name, Perturbation(name, transform, dict(params or {}), description), description=description,
+                  aliases=aliases)
+
+
 class CommandRegistrar(Registrar):
     def __call__(self, name: str, command: Any, *, help: str = "", aliases: Iterable[str] = ()) -> None:
         """``command`` has ``add_parser(subparsers)`` and ``run(args) -> int`` (lazy ``"module"`` allowed)."""
@@ -240,5 +269,6 @@ class CommandRegistrar(Registrar):
 
 
 __all__ = ["AdapterRegistrar", "AdaptationRegistrar", "CheckRegistrar", "CommandRegistrar", "HeadRegistrar", "MetricInfo",
+           "Perturbation", "PerturbationRegistrar",
            "MetricRegistrar", "Registrar", "SourceRegistrar", "TableKind", "TableRegistrar", "TaskKey",
            "TaskKeyContext", "TaskKeyRegistrar", "AGGREGATIONS", "DIRECTIONS"]

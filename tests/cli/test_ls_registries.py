@@ -20,6 +20,7 @@ EXPECTED = {
     "tables": (("table", "file", "required columns", "from"), ("indomain", "transfer")),
     "task-keys": (("task key", "kinds", "from"), ("adaptation", "priors", "sweep")),
     "checks": (("check", "description", "function", "from"), ("convergence", "temperature_bounds", "collapse")),
+    "perturbations": (("perturbation", "parameters", "function", "from"), ("hed_jitter", "blur", "jpeg")),
     "commands": (("command", "help", "module", "from"), ("ls", "validate", "report", "compare", "cache")),
     "tasks": (("task", "description", "file"), ("prism_demo",)),
     "groups": (("group", "members", "file"), ("prism_main",)),

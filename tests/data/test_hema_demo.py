@@ -102,6 +102,14 @@ def test_tasks_and_group_of_the_demo(tmp_path):
     assert [t["kind"] for t in stain.extras["perturb"]["transforms"]] == ["hed_jitter", "blur"]
     transfer = index.load_task("hema_demo_b_to_c")
     assert transfer.pair == "HemaDemo-B->HemaDemo-C" and transfer.target_config.name == "hema_demo_c"
+    # the audit's protocol: both probes over five split seeds, a covariate shift, the class-prior stress test
+    # (lighter in the demo than on the real hematology transfers)
+    real = index.load_task("hema_acevedo_to_mll23")
+    for t in (transfer, real):
+        assert [p["kind"] for p in t.probes] == ["logistic_std", "knn1"] and t.split_seeds == (0, 1, 2, 3, 4)
+        assert t.extras["shift"] == "covariate" and t.n_runs == 10
+    assert transfer.priors["batch_sizes"] == [8, 32] and real.priors["batch_sizes"] == [8, 32, 400]
+    assert transfer.priors["names"] == real.priors["names"] == ["balanced", "mild", "clinical", "neutrophil_heavy"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("task: bad\ndataset: X\nclass_names: [neutrophil, lymphocyte, monocyte, eosinophil, basophil]\n"
                    "source: {type: hema_demo, domain: e}\nsplits: {train: train, test: test}\n")

@@ -154,3 +154,33 @@ def test_precomputed_and_transfer_tasks_refuse_perturb(tmp_path):
 
     with pytest.raises(PrismError, match=r"tr\.yaml:5: perturb: only applies to kind: indomain"):
         TaskIndex([tasks, builtin_task_dir()]).load_task("tr")
+
+
+def test_a_plugin_perturbation_is_validated_and_applied_like_a_built_in(capsys):
+    """A third party's kind (``register_perturbations``) takes part in validation and transforms."""
+    import types
+
+    from prism_plugin import cli
+    from prism_plugin.hookspecs import hookimpl
+    from prism_plugin.plugins import PluginHost
+
+    def invert(img, rng, amount=1.0):
+        return (255 - img * amount).clip(0, 255).astype(np.uint8)
+
+    plugin = types.ModuleType("invert_plugin")
+    plugin.register_perturbations = hookimpl(lambda register: register(
+        "invert", invert, params={"amount": pt.Param(1.0, 0.0, 1.0)}, description="negative image"))
+    host = PluginHost(extra_plugins=[plugin])
+    assert host.perturbations.names()[:5] == list(pt.BUILTIN_KINDS) and "invert" in host.perturbations
+    fail = lambda key, msg: PrismError(f"{key}: {msg}")  # noqa: E731
+    spec = pt.check_perturb({"transforms": [{"kind": "invert"}]}, fail, host=host)
+    assert spec["transforms"] == [{"kind": "invert", "amount": 1.0}]
+    with pytest.raises(PrismError, match=r"transforms\[0\]\.amount: .*\[0, 1\]"):
+        pt.check_perturb({"transforms": [{"kind": "invert", "amount": 3}]}, fail, host=host)
+    with pytest.raises(PrismError, match="'invert' is not a perturbation kind"):
+        pt.check_perturb({"transforms": [{"kind": "invert"}]}, fail)  # not registered on the shared host
+    img = _cell()
+    out = pt.apply_perturb(img, spec, "k", pt.transforms_of(spec, host))
+    assert np.array_equal(out, 255 - img)
+    assert cli.main(["ls", "perturbations"], host=host) == 0
+    assert "invert" in capsys.readouterr().out

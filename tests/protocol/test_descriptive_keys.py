@@ -4,8 +4,8 @@
   ``--overwrite``), and the resumed ``runs.csv`` (now with its ``shift`` column) equals a fresh
   run's byte for byte.
 * A key that changes numbers (``priors``) still makes the finished runs "computed from other inputs".
-* ``report.build.probes_apart`` gives each probe of a model its own ``model`` line, and leaves
-  single-probe tables untouched.
+* ``report.build.probes_apart`` gives each probe of a model (over all its tables) its own ``model``
+  line, and leaves results where every model has one probe untouched.
 """
 
 from __future__ import annotations
@@ -88,6 +88,8 @@ def test_probes_apart_labels_each_probe_and_keeps_single_probe_tables():
     one = pd.DataFrame({"model": ["M", "N"], "probe": ["logistic", "logistic"], "auroc": [1, 2]})
     got = probes_apart(RunTables(indomain=two, transfer=one))
     assert got.indomain.model.tolist() == ["M · logistic_std", "M · knn1", "N"]
-    assert got.transfer is one and two.model.tolist() == ["M", "M", "N"]  # untouched, not modified in place
+    # M has several probes over the tables together: labelled per probe in every table (one label per line)
+    assert got.transfer.model.tolist() == ["M · logistic", "N"]
+    assert two.model.tolist() == ["M", "M", "N"] and one.model.tolist() == ["M", "N"]  # inputs not modified
     same = RunTables(indomain=one)
     assert probes_apart(same) is same

@@ -125,6 +125,13 @@ def test_probe_flag_means_one_probe_and_transfer_keeps_its_target(setup, capsys)
     assert rc == 0, err
     runs = pd.read_csv(setup / "tr" / "runs.csv")
     assert runs["split_seed"].tolist() == [0, 1, 2] and (runs["probe"] == "knn1").all()
+    # a one-probe `probes:` task: its run ids (cells, flags, artifacts) carry the probe, and runs.csv says so
+    ids = [f"f1-s0-split{sp}-knn1" for sp in (0, 1, 2)]
+    assert runs["run_id"].tolist() == ids
+    assert sorted(p.stem for p in (setup / "tr" / "cells").iterdir()) == [f"tr--{i}" for i in ids]
+    from prism_plugin.quality import all_run_ids
+
+    assert all_run_ids(runs) == ids  # read back from the file, without the runner's attrs
     data = json.loads((setup / "tr" / "summary.json").read_text())["fingerprints"]["data"]
     assert len({d["target_test"] for d in data.values()}) == 1
     assert len({d["source_train"] for d in data.values()}) == 3

@@ -280,13 +280,15 @@ def _run_id_candidates(r, has_id: bool, probe_unique: bool) -> list[str]:
     """The artifact names a runs.csv row may have: its ``run_id``, else the runner's cell id
     (``f<fraction>-s<seed>[-split<S>][-<probe>]``; without the probe part only when the directory
     holds a single probe for that cell)."""
+    from prism_plugin.protocol.grid import run_id as cell_id
+
     run_id = getattr(r, "run_id", None) if has_id else None
     if isinstance(run_id, str) and run_id:
         return [run_id]
     split = int(getattr(r, SPLIT))
-    base = f"f{float(r.fraction):g}-s{int(r.seed)}" + (f"-split{split}" if split != NO_SPLIT else "")
-    probe = "".join(ch if ch.isalnum() or ch in "_." else "_" for ch in str(r.probe)) or "probe"
-    return [f"{base}-{probe}"] + ([base] if probe_unique else [])
+    split = None if split == NO_SPLIT else split
+    return ([cell_id(r.fraction, r.seed, split, str(r.probe))]
+            + ([cell_id(r.fraction, r.seed, split)] if probe_unique else []))
 
 
 def _dir_artifacts(scan: _DirScan, keys: pd.DataFrame, folder: Path, wanted: set) -> None:
@@ -714,7 +716,8 @@ def paired_bootstrap_table(inp: AuditInputs, B: int, seed: int, compare: Sequenc
                 A = np.stack([preds[a][s]["pred_test"] for s in keys])
                 Bm = np.stack([preds[b][s]["pred_test"] for s in keys])
                 results.append(stats.paired_bootstrap_f1(y, A, Bm, B=B, seed=seed))
-            res = results[0] if len(results) == 1 else _average_bootstrap(results)
+            res = ({**results[0], "aggregation": "one bootstrap over the shared target examples"}
+                   if len(results) == 1 else _average_bootstrap(results))
             rows.append({"task": task, "probe": probe, "model_a": a, "model_b": b, "n_seeds": len(common),
                          "n_split_seeds": len({k[0] for k in common}), **res})
     return pd.DataFrame(rows)
@@ -735,11 +738,15 @@ def _shared_target_groups(runs: dict[RunKey, dict[str, np.ndarray]], common: Seq
 
 
 def _average_bootstrap(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """The per-split-seed paired bootstraps averaged (the CI bounds and p as means over split seeds)."""
+    """The per-split-seed paired bootstraps averaged (the CI bounds and p as means over split seeds).
+
+    Used only when the split seeds scored different target examples; a mean of percentile bounds is
+    not itself a confidence interval, so the row says how it was made (``aggregation``)."""
     out = {k: float(np.mean([r[k] for r in results])) for k in ("diff", "ci_low", "ci_high", "p_boot")}
     out["B"] = int(results[0]["B"])
     out["n"] = int(round(np.mean([r["n"] for r in results])))
     out["excludes_zero"] = bool(out["ci_low"] > 0 or out["ci_high"] < 0)
+    out["aggregation"] = f"mean of {len(results)} per-split-seed bootstraps (not a joint CI)"
     return out
 
 
@@ -865,7 +872,13 @@ def reliability_table(inp: AuditInputs) -> pd.DataFrame:
                 continue
             for arm, v in zip(arr["reliability_arms"].tolist(), arr["reliability"]):
                 arm = str(arm)
-                sums[arm] = sums[arm] + v if arm in sums and sums[arm].shape == v.shape else v.astype(float)
+                if arm not in sums:
+                    sums[arm] = v.astype(float)
+                elif sums[arm].shape == v.shape:
+                    sums[arm] = sums[arm] + v
+                else:  # another bin count (a task with other ece_bins): never mixed, never silently dropped
+                    inp.notes.append(f"reliability: {f.name} has {v.shape[-1]} bins for arm {arm}, the other runs of "
+                                     f"{model} on {task} ({probe}) {sums[arm].shape[-1]}; left out of the pooled bins")
         order = [a for a in ARMS if a in sums] + sorted(a for a in sums if a not in ARMS)
         for arm in order:
             count, conf, correct = sums[arm]
@@ -962,8 +975,13 @@ def build(inp: AuditInputs, *, B: int = stats.BOOTSTRAP_B, seed: int = 0,
     }
     rt = tables["rank_transfer"]
     if not rt.empty:
-        headline["median_spearman_rho"] = float(rt["spearman_rho"].median())
-        headline["dethroned"] = f"{int(rt['dethroned'].sum())}/{len(rt)}"
+        ranked = rt.loc[rt["n_models"] >= 3]  # Spearman and "dethroned" need three or more encoders
+        if not ranked.empty:
+            headline["median_spearman_rho"] = float(ranked["spearman_rho"].median())
+            headline["dethroned"] = f"{int(ranked['dethroned'].sum())}/{len(ranked)}"
+        if len(ranked) < len(rt):
+            inp.notes.append(f"rank transfer: {len(rt) - len(ranked)} of {len(rt)} task x probe groups have fewer than "
+                             "3 encoders: no Spearman rho, and 'dethroned' is not counted for them")
     ex = tables["exposure"]
     if not ex.empty:
         headline["exposure"] = {state: int((ex["exposure"] == state).sum())

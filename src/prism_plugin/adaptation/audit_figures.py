@@ -138,8 +138,9 @@ def rank_scatter(matrix: pd.DataFrame | None) -> bytes | None:
             ax.set_xlabel("in-domain macro-F1 (source held-out)")
             ax.set_ylabel("target macro-F1")
             ax.set_title(_title(key), fontsize=9.5)
-        note = "error bars: CI over split seeds" if any(c.endswith("_ci_low") for c in matrix.columns) else \
-            "no CI columns: seed means only"
+        n_split = int(matrix["n_split_seeds"].max()) if "n_split_seeds" in matrix else 1
+        note = (f"error bars: CI over {n_split} split seeds" if n_split > 1 else
+                "one split seed: seed means only, no error bars")
         fig.suptitle(f"Rank transfer per encoder (dashed: y = x; {note})", fontsize=10.5)
         fig.tight_layout()
         return plots.png(fig, tight=True)
@@ -193,7 +194,7 @@ def reliability_diagrams(rel: pd.DataFrame | None) -> bytes | None:
                     continue
                 ece = float(np.sum(np.abs(g["accuracy"] - g["confidence"]) * g["count"]) / g["count"].sum())
                 ax.plot(g["confidence"], g["accuracy"], marker="o", ms=3.5, lw=1.5, color=pc[p],
-                        label=f"{_short(p, 14)} (ECE {ece:.3f})")
+                        label=f"{_short(p, 14)} (pooled ECE {ece:.3f})")
             ax.set_xlim(0, 1)
             ax.set_ylim(0, 1)
             ax.set_xlabel("mean confidence (top label)")

@@ -230,19 +230,21 @@ def audit_sections(view) -> list:
         _table(transfer, ["task", "probe", "n_models", "spearman_rho", "rho_ci_low", "rho_ci_high", "id_best",
                           "id_best_target_rank", "target_best", "dethroned", "regret_id_accuracy"]),
         "**Per encoder** (`rank_matrix.csv`):",
-        _table(matrix, ["task", "probe", "model", "n_seeds", "id_f1_macro", "f1_macro", "relative_gap", "id_rank",
-                        "target_rank"])]), order=ORDER, key=SECTION_PREFIX + "rank",
+        _table(matrix, ["task", "probe", "model", "n_split_seeds", "n_seeds", "id_f1_macro", "id_f1_macro_ci_low",
+                        "id_f1_macro_ci_high", "f1_macro", "f1_macro_ci_low", "f1_macro_ci_high", "relative_gap",
+                        "id_rank", "target_rank"])]), order=ORDER, key=SECTION_PREFIX + "rank",
         summary="in-domain vs target ranking of encoders")
     if mpl:
         rank.figures["audit-rank-transfer.png"] = rank_figure(matrix, transfer)
         rank.captions["audit-rank-transfer.png"] = (
             "In-domain (source held-out) vs target macro-F1 per encoder, seed means; #k is the rank (1 = best). "
             "Crossing lines are encoders whose rank changes under the acquisition shift.")
-        ci = any(str(c).endswith("_ci_low") for c in matrix.columns)
+        n_split = int(matrix["n_split_seeds"].max()) if "n_split_seeds" in matrix else 1
         _figure(rank, "audit-rank-scatter.png",
                 "Target vs in-domain macro-F1 per encoder (dashed: y = x; below it the encoder loses under the shift)"
-                + ("; error bars: CI over the source split seeds." if ci else
-                   "; no split-seed CIs in rank_matrix (tasks without split_seeds)."),
+                + (f"; error bars: 95 % bootstrap CI over the means of {n_split} source split seeds (few points: "
+                   "read them as the spread of the splits, not as a population interval)." if n_split > 1 else
+                   "; one source split, so no error bars (a task with split_seeds gives CIs over them)."),
                 "rank_scatter", af.rank_scatter, matrix, what="rank-transfer scatter")
     else:
         rank.not_shown.append(no_mpl)
@@ -391,7 +393,8 @@ def audit_sections(view) -> list:
         if pb is not None:
             parts += ["**Paired bootstrap of macro-F1 differences** between encoders on the shared target examples "
                       "(seeds averaged):",
-                      _table(pb, ["task", "probe", "model_a", "model_b", "diff", "ci_low", "ci_high", "excludes_zero"])]
+                      _table(pb, ["task", "probe", "model_a", "model_b", "diff", "ci_low", "ci_high", "excludes_zero",
+                                  "aggregation"])]
         if diag is not None:
             parts += ["**Diagnostics** (domain decodability, mean-direction projection):", _table(diag)]
         sections.append(ReportSection("Encoder differences and shift diagnostics", "\n\n".join(parts),

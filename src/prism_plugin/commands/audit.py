@@ -91,7 +91,7 @@ def run(args) -> int:
     for table in headline["tables"]:
         write_csv(out / f"{table}.csv", summaries.tables[audit_plugin.stem(table)])
     atomic_write_text(out / "audit.json", dumps(headline))
-    view = build_view(out, host, sources=dirs, run_tables=report_tables, summaries=summaries, tables_dir=out,
+    view = build_view(out, host, sources=dirs, run_tables=run_tables, summaries=summaries, tables_dir=out,
                       options={**options, "audit": audit_opts},
                       title=models_title("Acquisition-shift audit", headline["models"]))
     target, sections = write_view(view, host)

@@ -287,6 +287,11 @@ LISTINGS: dict[str, Listing] = {
         ("description", lambda e: _first_line(e.description or e.obj.description)))),
     "checks": Listing("checks", "run-quality checks: what qualifies a run's numbers (console, summary.json flags)", (
         ("check", lambda e: e.name), ALIASES_COLUMN, DESCRIPTION_COLUMN, ("function", _object_path))),
+    "perturbations": Listing("perturbations", "synthetic image transforms of the perturb: task key", (
+        ("perturbation", lambda e: e.name),
+        ("parameters", lambda e: ", ".join(f"{k}={v.default}" for k, v in e.obj.params.items()) or "-"),
+        ALIASES_COLUMN, ("description", lambda e: _first_line(e.description or e.obj.description)),
+        ("function", lambda e: f"{e.obj.transform.__module__}:{e.obj.transform.__qualname__}"))),
     "commands": Listing("commands", "prism-run subcommands", (
         ("command", lambda e: e.name), ALIASES_COLUMN, ("help", lambda e: _first_line(e.description)),
         ("module", _object_path))),

@@ -19,7 +19,10 @@ the same way in every split, split seed and run, on every machine. The split's i
 covers the transforms (kind, parameters, seed), so the embedding cache keys of a perturbed task
 differ from the clean task's.
 
-Kinds (a numeric parameter may be a number or a ``[low, high]`` range drawn uniformly per image):
+The kinds are the plugin host's ``perturbations`` registry (``prism-run ls perturbations``): the
+built-in ones below are registered by this module's ``register_perturbations`` hook, and a plugin adds
+its own the same way. Built-in kinds (a numeric parameter may be a number or a ``[low, high]`` range
+drawn uniformly per image):
 
 ``hed_jitter``  stain jitter in HED space (Tellez et al. 2018): colour deconvolution with the
                 Ruifrok-Johnston haematoxylin-eosin-DAB matrix (as scikit-image's ``rgb2hed``), each
@@ -50,6 +53,7 @@ import numpy as np
 
 from prism_plugin.data.refs import ImageRef
 from prism_plugin.errors import PrismError, suggest
+from prism_plugin.hookspecs import hookimpl
 
 #: Ruifrok & Johnston (2001) stain vectors (rows: haematoxylin, eosin, DAB), as scikit-image's rgb_from_hed
 RGB_FROM_HED = np.array([[0.65, 0.70, 0.29], [0.07, 0.99, 0.11], [0.27, 0.57, 0.78]])
@@ -68,26 +72,15 @@ class Param:
     lo_open: bool = False
 
 
-#: kind -> parameter specs
-KINDS: dict[str, dict[str, Param]] = {
-    "hed_jitter": {"alpha": Param(0.05, 0.0, 1.0), "beta": Param(0.05, 0.0, 1.0)},
-    "hsv_jitter": {"hue": Param(0.05, 0.0, 0.5), "saturation": Param(0.1, 0.0, 1.0), "value": Param(0.1, 0.0, 1.0)},
-    "blur": {"sigma": Param(1.0, 0.0, 50.0)},
-    "jpeg": {"quality": Param(30, 1, 95, integer=True)},
-    "scale": {"factor": Param(0.5, 0.05, 8.0), "mode": Param("resample", 0, 0, rangeable=False,
-                                                            choices=("resample", "zoom"))},
-}
-KIND_DOCS = {
-    "hed_jitter": "stain jitter in HED space (Ruifrok-Johnston deconvolution): alpha, beta",
-    "hsv_jitter": "hue / saturation / value jitter: hue, saturation, value",
-    "blur": "Gaussian blur: sigma (px)",
-    "jpeg": "JPEG re-encoding: quality (1-95)",
-    "scale": "scale change: factor, mode (resample | zoom)",
-}
+def _kinds(host=None):
+    """The ``perturbations`` registry of the plugin host (built-in and plugin kinds)."""
+    from prism_plugin.plugins import host_or_shared
+
+    return host_or_shared(host).perturbations
 
 
 # ------------------------------------------------------------------------------------------ validation
-def check_perturb(value: Any, fail: Callable[[str, str], Exception]) -> dict[str, Any] | None:
+def check_perturb(value: Any, fail: Callable[[str, str], Exception], host=None) -> dict[str, Any] | None:
     """The normalised ``perturb:`` mapping ``{seed, transforms: [{kind, **params}]}`` (defaults filled in);
     ``fail(key, message)`` builds the error for the key path (``perturb.transforms[0].sigma``)."""
     if value is None:
@@ -103,19 +96,22 @@ def check_perturb(value: Any, fail: Callable[[str, str], Exception]) -> dict[str
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise fail("perturb.seed", f"must be an integer in [0, 2**32), got {seed!r}")
     transforms = value.get("transforms")
+    reg = _kinds(host)
+    kinds = reg.names()
     if not isinstance(transforms, list) or not transforms:
         raise fail("perturb.transforms", "must be a non-empty list of {kind: ..., ...} (kinds: "
-                                         f"{', '.join(KINDS)})")
+                                         f"{', '.join(kinds)})")
     out = []
     for i, t in enumerate(transforms):
         where = f"perturb.transforms[{i}]"
         if not isinstance(t, Mapping) or "kind" not in t:
-            raise fail(where, f"must be a mapping with a kind ({', '.join(KINDS)}), got {t!r}")
+            raise fail(where, f"must be a mapping with a kind ({', '.join(kinds)}), got {t!r}")
         kind = t["kind"]
-        if kind not in KINDS:
-            raise fail(f"{where}.kind", f"{kind!r} is not a perturbation kind{suggest(str(kind), KINDS)} "
-                                        f"(kinds: {', '.join(KINDS)})")
-        spec = KINDS[kind]
+        if not isinstance(kind, str) or kind not in reg:
+            raise fail(f"{where}.kind", f"{kind!r} is not a perturbation kind{suggest(str(kind), kinds)} "
+                                        f"(kinds: {', '.join(kinds)})")
+        kind = reg.entry(kind).name  # an alias names its entry
+        spec = reg.get(kind).params
         norm: dict[str, Any] = {"kind": kind}
         for key, raw in t.items():
             if key == "kind":
@@ -156,7 +152,7 @@ def _check_param(value: Any, p: Param, fail: Callable[[str], Exception]) -> Any:
 def check_task_perturb(value: Any, ctx) -> dict[str, Any] | None:
     """The ``perturb`` task key's validator (tasks/keys.py): :func:`check_perturb`, refused for a task whose
     source is precomputed embeddings (there are no images to perturb)."""
-    out = check_perturb(value, ctx.fail)
+    out = check_perturb(value, ctx.fail, host=ctx.host)
     source = ctx.data.get("source")
     if out is not None and isinstance(source, Mapping) and source.get("type") == "precomputed":
         raise ctx.fail("perturb", "the task reads precomputed embeddings (source.type precomputed): there are no "
@@ -262,9 +258,27 @@ def scale(img: np.ndarray, rng: np.random.Generator, factor=0.5, mode="resample"
         return np.ascontiguousarray(np.pad(resized, width, mode="edge"))
 
 
-TRANSFORMS: dict[str, Callable[..., np.ndarray]] = {
-    "hed_jitter": hed_jitter, "hsv_jitter": hsv_jitter, "blur": blur, "jpeg": jpeg, "scale": scale,
+#: the built-in kinds (registered by :func:`register_perturbations`; a plugin adds its own the same way):
+#: name -> (transform, parameter specs, one-line description)
+BUILTIN_KINDS: dict[str, tuple[Callable[..., np.ndarray], dict[str, Param], str]] = {
+    "hed_jitter": (hed_jitter, {"alpha": Param(0.05, 0.0, 1.0), "beta": Param(0.05, 0.0, 1.0)},
+                   "stain jitter in HED space (Ruifrok-Johnston deconvolution): alpha, beta"),
+    "hsv_jitter": (hsv_jitter, {"hue": Param(0.05, 0.0, 0.5), "saturation": Param(0.1, 0.0, 1.0),
+                                  "value": Param(0.1, 0.0, 1.0)},
+                   "hue / saturation / value jitter: hue, saturation, value"),
+    "blur": (blur, {"sigma": Param(1.0, 0.0, 50.0)}, "Gaussian blur: sigma (px)"),
+    "jpeg": (jpeg, {"quality": Param(30, 1, 95, integer=True)}, "JPEG re-encoding: quality (1-95)"),
+    "scale": (scale, {"factor": Param(0.5, 0.05, 8.0),
+                        "mode": Param("resample", 0, 0, rangeable=False, choices=("resample", "zoom"))},
+              "scale change: factor, mode (resample | zoom)"),
 }
+
+
+@hookimpl
+def register_perturbations(register) -> None:
+    """The built-in kinds of the ``perturb:`` task key (:data:`BUILTIN_KINDS`)."""
+    for name, (function, params, description) in BUILTIN_KINDS.items():
+        register(name, function, params=params, description=description)
 
 
 def image_rng(seed: int, key: str) -> np.random.Generator:
@@ -273,14 +287,23 @@ def image_rng(seed: int, key: str) -> np.random.Generator:
     return np.random.default_rng([int(seed), *[int(w) for w in words]])
 
 
-def apply_perturb(img: np.ndarray, spec: Mapping[str, Any], key: str) -> np.ndarray:
+def transforms_of(spec: Mapping[str, Any], host=None) -> list[Callable[..., np.ndarray]]:
+    """The transform function of each step of a normalised spec, from the ``perturbations`` registry."""
+    reg = _kinds(host)
+    return [reg.get(t["kind"]).transform for t in spec["transforms"]]
+
+
+def apply_perturb(img: np.ndarray, spec: Mapping[str, Any], key: str,
+                  transforms: Sequence[Callable[..., np.ndarray]] | None = None) -> np.ndarray:
     """``img`` (``H x W x 3`` uint8) with the transforms of ``spec`` (a normalised ``perturb:`` mapping)
-    applied in order, drawn from the stream of image ``key``; same shape and dtype."""
+    applied in order, drawn from the stream of image ``key``; same shape and dtype. ``transforms``: the
+    steps' functions (default: looked up in the shared host's registry)."""
     img = np.ascontiguousarray(img, dtype=np.uint8)
+    functions = transforms_of(spec) if transforms is None else transforms
     children = image_rng(spec.get("seed", 0), key).spawn(len(spec["transforms"]))
-    for t, rng in zip(spec["transforms"], children):
+    for t, function, rng in zip(spec["transforms"], functions, children):
         params = {k: v for k, v in t.items() if k != "kind"}
-        img = np.ascontiguousarray(TRANSFORMS[t["kind"]](img, rng, **params), dtype=np.uint8)
+        img = np.ascontiguousarray(function(img, rng, **params), dtype=np.uint8)
     return img
 
 
@@ -298,10 +321,12 @@ class PerturbedImageRef(ImageRef):
     without perturbing anything while fingerprinting.
     """
 
-    def __init__(self, item, key: str, spec: Mapping[str, Any]):
+    def __init__(self, item, key: str, spec: Mapping[str, Any], transforms: Sequence[Callable] | None = None):
         self.item = item
         self.key = str(key)
         self.spec = {"seed": int(spec.get("seed", 0)), "transforms": [dict(t) for t in spec["transforms"]]}
+        #: the steps' functions, resolved once for the split (module-level functions: picklable for workers)
+        self.transforms = list(transforms) if transforms is not None else transforms_of(self.spec)
 
     def pixels(self) -> np.ndarray:
         from PIL import Image
@@ -311,7 +336,7 @@ class PerturbedImageRef(ImageRef):
             item.seek(0)
         with Image.open(item) as im:
             base = np.asarray(im.convert("RGB"))
-        return apply_perturb(base, self.spec, self.key)
+        return apply_perturb(base, self.spec, self.key, self.transforms)
 
     def load_bytes(self) -> bytes:
         from PIL import Image
@@ -333,7 +358,8 @@ def perturb_items(items: Sequence, keys: Sequence[str], spec: Mapping[str, Any] 
     """``items`` wrapped so each is perturbed when read (``spec`` None or empty: unchanged)."""
     if not spec:
         return list(items)
-    return [PerturbedImageRef(item, key, spec) for item, key in zip(items, keys)]
+    functions = transforms_of(spec)
+    return [PerturbedImageRef(item, key, spec, functions) for item, key in zip(items, keys)]
 
 
 def describe(spec: Mapping[str, Any] | None) -> str:
@@ -344,5 +370,5 @@ def describe(spec: Mapping[str, Any] | None) -> str:
     return f"{' + '.join(parts)}, seed {spec.get('seed', 0)}"
 
 
-__all__ = ["KINDS", "KIND_DOCS", "TRANSFORMS", "RGB_FROM_HED", "HED_FROM_RGB", "check_perturb", "check_task_perturb",
+__all__ = ["BUILTIN_KINDS", "Param", "register_perturbations", "transforms_of", "RGB_FROM_HED", "HED_FROM_RGB", "check_perturb", "check_task_perturb",
            "apply_perturb", "image_rng", "perturb_items", "PerturbedImageRef", "spec_text", "describe"]

@@ -69,11 +69,16 @@ def read_feature_split(adapter, embeddings_key: str, name: str, where: str):
     1-D integers (before ``--limit`` picks rows by them: one-hot rows must not be flattened), features
     a 2-D matrix, equal lengths; ``where`` names the split in messages."""
     X, y, fp = adapter.load_split(embeddings_key, name)
+    return (*checked_features(X, y, where), fp)
+
+
+def checked_features(X, y, where: str):
+    """``(X, y)`` of a features split, checked (see :func:`read_feature_split`)."""
     y = as_labels(y, f"{where} labels")
     if not isinstance(X, np.ndarray) or X.ndim != 2:
         X = as_features(X, f"{where} features")
     check_pair_lengths(len(X), len(y), where)
-    return X, y, fp
+    return X, y
 
 
 def limited(X, y, opts):
@@ -470,11 +475,7 @@ class _SplitSeedLoader:
                 raise PrismError(f"task {task.name}: split_seeds with precomputed embeddings applies the split: "
                                  f"procedure to the pool it splits (split.from: {name} -> {name}_features.npy + "
                                  f"{name}_labels.npy); {exc}") from None
-            where = f"{task.name} pool {name!r} ({self.adapter.name} adapter)"
-            y = as_labels(y, f"{where} labels")
-            if not isinstance(X, np.ndarray) or X.ndim != 2:
-                X = as_features(X, f"{where} features")
-            check_pair_lengths(len(X), len(y), where)
+            X, y = checked_features(X, y, f"{task.name} pool {name!r} ({self.adapter.name} adapter)")
             Xs.append(X)
             ys.append(y)
             fps.append(fp)
@@ -523,16 +524,18 @@ def load_split_seeds(task: TaskConfig, adapter, opts, host=None) -> list[tuple[i
     if problem:
         raise PrismError(problem)
     loader = _SplitSeedLoader(adapter, opts, host)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = _load_seeds(task, variants, loader, opts)
-    seen: set[str] = set()
-    for w in caught:  # a data check that holds for every split seed is said once, not once per seed
-        text = f"{w.category.__name__}: {w.message}"
-        if text not in seen:
-            seen.add(text)
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return out
+    caught: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            return _load_seeds(task, variants, loader, opts)
+    finally:  # said on the error path too: a corrupt entry or a size mismatch often explains the error
+        seen: set[str] = set()
+        for w in caught:  # a data check that holds for every split seed is said once, not once per seed
+            text = f"{w.category.__name__}: {w.message}"
+            if text not in seen:
+                seen.add(text)
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def _load_seeds(task: TaskConfig, variants: list, loader: _SplitSeedLoader, opts) -> list:

@@ -131,6 +131,8 @@ def _row_names(row: Mapping[str, Any]) -> set[str]:
     the row does not say whether its task had ``probes``)."""
     from prism_plugin.protocol.grid import run_id
 
+    if isinstance(row.get("run_id"), str) and row["run_id"]:  # the runner's own id (tasks with grid keys)
+        return {artifact_name(str(row["task"]), row["fraction"], row["seed"], row["run_id"])}
     split = row.get("split_seed")
     split = None if split is None or (isinstance(split, float) and not math.isfinite(split)) else int(split)
     probe = row.get("probe") if isinstance(row.get("probe"), str) and row.get("probe") else None
@@ -218,11 +220,6 @@ def load_reliability(results_dir: str | Path, runs=None) -> list[dict[str, Any]]
 
         runs = read_runs(p)
     index: dict[str, Mapping[str, Any]] = {}
-    # a model with runs of several probe heads is labelled per probe, as the report's tables label it
-    several = set()
-    if "probe" in runs and "model" in runs:
-        counts = runs.groupby("model")["probe"].nunique()
-        several = set(counts[counts > 1].index)
     for r in runs.to_dict("records"):
         if "task" in r:
             for name in _row_names(r):
@@ -243,8 +240,7 @@ def load_reliability(results_dir: str | Path, runs=None) -> list[dict[str, Any]]
         if ref is None or not (isinstance(ref, float) and math.isfinite(ref)) or abs(raw_ece - ref) > ECE_MATCH_TOL:
             continue
         payload["model"] = run.get("model", payload.get("model"))
-        if payload["model"] in several:
-            payload["model"] = f"{payload['model']} · {run.get('probe')}"
+        payload["probe"] = run.get("probe", payload.get("probe"))
         payload["setting"] = run.get("pair") if isinstance(run.get("pair"), str) else run.get("dataset")
         payload["reference_table"] = run.get("reference_table", "indomain")
         out.append(payload)

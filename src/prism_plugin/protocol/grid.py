@@ -202,6 +202,8 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
         "fraction": key.fraction,
         "seed": key.seed,
         **({"split_seed": split_seed} if split_seed is not None else {}),
+        # a task with split_seeds / probes: its run id as a column, so readers of runs.csv need not rebuild it
+        **({"run_id": rid} if ident.get("run_suffix") else {}),
         "n_train": run.n_train,
         "n_classes": n_classes,
         "forced_classes": run.forced_classes,

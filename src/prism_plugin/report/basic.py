@@ -21,7 +21,7 @@ import pandas as pd
 
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.report import plots
-from prism_plugin.report.derived import (FEWSHOT_TOLERANCE, TABLE_LABELS, TRANSFER_TABLES, TRANSFER_ZONE,
+from prism_plugin.report.derived import (FEWSHOT_TOLERANCE, TABLE_LABELS, TRANSFER_TABLES, TRANSFER_ZONE, frame_label,
                                          label_definition_bands_apply, table_label)
 from prism_plugin.report.markdown import fmt, inline, markdown_table
 from prism_plugin.report.metric_table import metric_cells, metric_section
@@ -83,12 +83,6 @@ def _figure_guard(ctx: _Ctx, section: ReportSection) -> bool:
 
 
 # --------------------------------------------------------------------------- overview
-def _cells_label(table: str, cells: pd.DataFrame) -> str:
-    """The table's label; ``transfer`` cells all without a declared shift kind are said as such."""
-    shifts = set(cells["shift"].astype(str)) if "shift" in cells.columns and len(cells) else set()
-    return table_label(table, "undeclared" if shifts == {"undeclared"} else None)
-
-
 def _banded(table: str, cells: pd.DataFrame) -> bool:
     """Whether the PRISM label-definition zone applies to (all of) these transfer cells."""
     shifts = set(cells["shift"].astype(str)) if "shift" in cells.columns and len(cells) else {""}
@@ -106,7 +100,7 @@ def overview(ctx: _Ctx) -> ReportSection:
         sub = cells.loc[cells["table"] == table]
         fr = sorted(sub["fraction"].unique())
         rows.append({
-            "kind of run": _cells_label(table, sub),
+            "kind of run": frame_label(table, sub),
             "models": ", ".join(dict.fromkeys(sub["model"])),
             "settings": ", ".join(setting_label(s) for s in list(dict.fromkeys(sub["setting"]))[:8])
             + (f" … ({sub['setting'].nunique()})" if sub["setting"].nunique() > 8 else ""),
@@ -448,15 +442,15 @@ def collapse(ctx: _Ctx) -> ReportSection:
         found = True
         rows = cells[["model", "setting"]].drop_duplicates()
         if len(rows) > MAX_TABLE_ROWS:
-            sec.not_shown.append(f"{_cells_label(table, cells)}: {len(rows)} rows are too many for a heatmap; see "
+            sec.not_shown.append(f"{frame_label(table, cells)}: {len(rows)} rows are too many for a heatmap; see "
                                  "report_cells.csv (collapsed_runs)")
             continue
         if not _figure_guard(ctx, sec):
             break
         name = f"collapse-{table}.png"
-        sec.figures[name] = plots.collapse_heatmap(cells, title=_cells_label(table, cells))
+        sec.figures[name] = plots.collapse_heatmap(cells, title=frame_label(table, cells))
         n_c = int((cells["collapsed_runs"] > 0).sum())
-        sec.captions[name] = (f"{_cells_label(table, cells)}: collapsed seeds per cell ({n_c} of {len(cells)} cells with "
+        sec.captions[name] = (f"{frame_label(table, cells)}: collapsed seeds per cell ({n_c} of {len(cells)} cells with "
                               "at least one).")
     cam = ctx.cells_of("camelyon17_transfer")
     if cam is not None and cam["collapsed_runs"].notna().any():
@@ -558,7 +552,7 @@ def transfer(ctx: _Ctx) -> ReportSection:
         agg = None if len(settings) <= 6 else f"{len(settings)} pairs (mean over pairs)"
         name = f"transfer-{table}.png"
         sec.figures[name] = plots.transfer_curves(cells, settings, aggregate_label=agg, zone=_banded(table, cells))
-        sec.captions[name] = (f"{_cells_label(table, cells)}: target AUROC (top) and target ECE (bottom) vs source label "
+        sec.captions[name] = (f"{frame_label(table, cells)}: target AUROC (top) and target ECE (bottom) vs source label "
                               "fraction" + ("; averaged over pairs, band = range over pairs." if agg else "."))
         extra = []
         if "temperature_oracle_mean" in cells and cells["temperature_oracle_mean"].notna().any():
@@ -571,7 +565,7 @@ def transfer(ctx: _Ctx) -> ReportSection:
             tname = f"transfer-temperature-{table}.png"
             sec.figures[tname] = plots.temperature_curves(cells, settings, extra=extra, max_cols=4,
                                                           xlabel="source label fraction (log scale)")
-            sec.captions[tname] = (f"{_cells_label(table, cells)}: source-fitted temperature" +
+            sec.captions[tname] = (f"{frame_label(table, cells)}: source-fitted temperature" +
                                    (", oracle" if any(e[0] == "temperature_oracle" for e in extra) else "") +
                                    (" and few-shot" if ks else "") + " temperatures vs source label fraction.")
             if not extra:

@@ -137,16 +137,33 @@ def probes_apart(run_tables):
         return None
     from prism_plugin.tables import RunTables
 
-    out, changed = {}, False
+    several = several_probe_models(run_tables)
+    if not several:
+        return run_tables
+    out = {}
     for name in run_tables.present():
         df = run_tables[name]
-        if "probe" in df and "model" in df and (df.groupby("model")["probe"].nunique() > 1).any():
-            several = df.groupby("model")["probe"].transform("nunique") > 1
+        if "probe" in df and "model" in df and df["model"].isin(several).any():
+            mask = df["model"].isin(several)
             df = df.copy()
-            df.loc[several, "model"] = df.loc[several, "model"].astype(str) + " · " + df.loc[several, "probe"].astype(str)
-            changed = True
+            df.loc[mask, "model"] = df.loc[mask, "model"].astype(str) + PROBE_SEP + df.loc[mask, "probe"].astype(str)
         out[name] = df
-    return RunTables(out) if changed else run_tables
+    return RunTables(out)
+
+
+#: between a model and its probe in the report's labels (:func:`probes_apart`)
+PROBE_SEP = " · "
+
+
+def several_probe_models(run_tables) -> set[str]:
+    """The models with runs of more than one probe head, over all the given tables together."""
+    probes: dict[str, set[str]] = {}
+    for name in run_tables.present():
+        df = run_tables[name]
+        if "probe" in df and "model" in df:
+            for model, probe in df[["model", "probe"]].drop_duplicates().itertuples(index=False):
+                probes.setdefault(str(model), set()).add(str(probe))
+    return {m for m, p in probes.items() if len(p) > 1}
 
 
 def build_view(path: Path, host, *, sources: Iterable[Path] | None = None, run_tables=None, summaries=None,
@@ -170,9 +187,12 @@ def build_view(path: Path, host, *, sources: Iterable[Path] | None = None, run_t
         reliability.flush(d)
     if run_tables is None and dirs:
         try:
-            run_tables = probes_apart(tables_from_results(dirs, host))
+            run_tables = tables_from_results(dirs, host)
         except PrismError as exc:
             notes.append(f"per-run tables could not be assembled: {exc}")
+    # each probe of a model its own line, in the summaries, the tables and the diagrams alike
+    several = several_probe_models(run_tables) if run_tables is not None else set()
+    run_tables = probes_apart(run_tables)
     from prism_plugin.metrics.descriptions import described_metrics
 
     described = described_metrics(host)
@@ -189,6 +209,9 @@ def build_view(path: Path, host, *, sources: Iterable[Path] | None = None, run_t
     rel = []
     for d in dirs:
         rel.extend(reliability.load_reliability(d))
+    for payload in rel:
+        if payload.get("model") in several:
+            payload["model"] = f"{payload['model']}{PROBE_SEP}{payload.get('probe')}"
     return ReportView(path, sources=tuple(sources), tables_dir=tables_dir, run_tables=run_tables,
                       summaries=summaries, reliability=rel, notes=notes, title=title, reference=reference,
                       options=opts, metrics=described)

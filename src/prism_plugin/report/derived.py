@@ -40,7 +40,7 @@ import pandas as pd
 from prism_plugin.contracts import T_BOUNDS
 from prism_plugin.quality import as_bool
 from prism_plugin.hookspecs import hookimpl
-from prism_plugin.tables import RunTables, SummaryOutput
+from prism_plugin.tables import UNDECLARED, RunTables, SummaryOutput
 
 #: (table attribute, setting column, temperature column used for ece_scaled_fixed, transfer?)
 TABLE_SPECS: tuple[tuple[str, str, str, bool], ...] = (
@@ -73,9 +73,16 @@ UNDECLARED_LABEL = "transfer (shift kind not declared)"
 def table_label(table: str, shift: Any = None) -> str:
     """How the report names a table's runs: :data:`TABLE_LABELS`, except ``transfer`` rows whose
     task declares no shift kind (:data:`UNDECLARED_LABEL`)."""
-    if table == "transfer" and str(shift) == "undeclared":
+    if table == "transfer" and str(shift) == UNDECLARED:
         return UNDECLARED_LABEL
     return TABLE_LABELS.get(table, table)
+
+
+def frame_label(table: str, frame: pd.DataFrame) -> str:
+    """:func:`table_label` for a frame of ``table``'s cells or settings: the undeclared-shift label
+    only when every row of ``transfer`` is undeclared."""
+    shifts = set(frame["shift"].astype(str)) if "shift" in frame.columns and len(frame) else set()
+    return table_label(table, UNDECLARED if shifts == {UNDECLARED} else None)
 
 
 def label_definition_bands_apply(table: str, shift: Any = None) -> bool:
@@ -84,7 +91,7 @@ def label_definition_bands_apply(table: str, shift: Any = None) -> bool:
     Camelyon17's hospital pairs keep the reading the report always gave them."""
     if table == "camelyon17_transfer":
         return True
-    return table == "transfer" and str(shift) != "undeclared"
+    return table == "transfer" and str(shift) != UNDECLARED
 #: The band columns the verdict always reads (AUROC, macro-F1, raw and scaled ECE). The band tables
 #: use :func:`band_metrics`, which reads the metric registry (``bands=True``; plugins add more).
 VERDICT_BAND_COLUMNS = ("auroc", "f1_macro", "ece_fixed", "ece_scaled_fixed")

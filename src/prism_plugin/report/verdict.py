@@ -46,8 +46,9 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from prism_plugin.report.derived import (FEWSHOT_TOLERANCE, TABLE_LABELS, TRANSFER_TABLES, TRANSFER_ZONE,
+from prism_plugin.report.derived import (FEWSHOT_TOLERANCE, TABLE_LABELS, TRANSFER_TABLES, TRANSFER_ZONE, frame_label,
                                          label_definition_bands_apply, table_label)
+from prism_plugin.tables import UNDECLARED
 
 SOURCE = "report_settings.csv"
 VERDICT_COLUMNS = ["model", "topic", "level", "table", "setting", "text", "source", "where", "column", "agg", "value"]
@@ -111,24 +112,17 @@ def _where(table: str, model: str, settings) -> dict[str, Any]:
     return {"table": table, "model": model, "setting": settings[0] if len(settings) == 1 else settings}
 
 
-def _label(table: str, s: pd.DataFrame) -> str:
-    """The table's label for these settings (``transfer`` settings without a declared shift kind
-    are said as such)."""
-    shifts = set(s["shift"].astype(str)) if "shift" in s.columns and len(s) else set()
-    return table_label(table, "undeclared" if shifts == {"undeclared"} else None)
-
-
 def _blocks(ms: pd.DataFrame, table: str) -> list[pd.DataFrame]:
     """The settings of ``table``, the ``transfer`` table split into declared and undeclared shift kinds."""
     sub = ms.loc[ms["table"] == table]
     if table != "transfer" or "shift" not in sub.columns:
         return [sub]
-    undeclared = sub["shift"].astype(str) == "undeclared"
+    undeclared = sub["shift"].astype(str) == UNDECLARED
     return [b for b in (sub.loc[~undeclared], sub.loc[undeclared]) if len(b)]
 
 
 def _glance(model: str, table: str, s: pd.DataFrame) -> list[dict]:
-    label = _label(table, s)
+    label = frame_label(table, s)
     n = len(s)
     what = "setting" if n == 1 else f"{n} settings"
     out = []
@@ -174,7 +168,7 @@ def _collapse_rule(signal: str) -> str:
 
 def _collapse(model: str, table: str, s: pd.DataFrame) -> list[dict]:
     out = []
-    label = _label(table, s)
+    label = frame_label(table, s)
     single = s.loc[s["single_class_test_cells"].fillna(0) > 0] if "single_class_test_cells" in s.columns else s.iloc[:0]
     for r in single.itertuples(index=False):
         n = _n(r.single_class_test_cells)
@@ -224,7 +218,7 @@ def _probe(model: str, table: str, s: pd.DataFrame) -> list[dict]:
         return []
     s = s.loc[s["not_converged_runs"].notna()]
     out = []
-    label = _label(table, s)
+    label = frame_label(table, s)
     bad = s.loc[s["not_converged_runs"] > 0]
     for r in bad.itertuples(index=False):
         n, runs = _n(r.not_converged_runs), int(r.n_runs)
@@ -280,7 +274,7 @@ def _qualifiers(model: str, table: str, s: pd.DataFrame, transfer: bool) -> list
 
 def _scaling(model: str, table: str, s: pd.DataFrame) -> list[dict]:
     out = []
-    label = _label(table, s)
+    label = frame_label(table, s)
     transfer = table in TRANSFER
     t_word = "the source-fitted temperature" if transfer else "temperature scaling"
     s = s.loc[s["scaling_cells"] > 0]
@@ -337,7 +331,7 @@ def _transfer_unbanded(model: str, table: str, s: pd.DataFrame) -> list[dict]:
         rises = int(s["target_ece_rises"].astype(bool).sum())
         kind = _shift_of(next(s.itertuples(index=False)))
         what = SHIFT_WORDS.get(kind, "shift kind not declared")
-        text = (f"{_label(table, s)} ({len(s)} pairs; {what}): mean target AUROC {_num(a)} over source label "
+        text = (f"{frame_label(table, s)} ({len(s)} pairs; {what}): mean target AUROC {_num(a)} over source label "
                 f"fractions; target ECE rose with more source labels on {rises} of {len(s)}. Not compared with the "
                 "PRISM label-definition bands" + (", which hold for label-definition pairs only." if kind in SHIFT_WORDS
                                                   else _UNDECLARED_FIX))
