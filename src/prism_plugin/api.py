@@ -89,6 +89,7 @@ def evaluate(
     disable: Iterable[str] = (),
     plugins: Iterable[Any] = (),
     allow_split_overlap: Iterable[Any] = (),
+    probability_dtype: str = "float64",
 ) -> pd.DataFrame:
     """Run the PRISM protocol on train/val/test embeddings; return the per-run table.
 
@@ -114,6 +115,11 @@ def evaluate(
     pair (e.g. ``["val", "test"]``); rows shared between splits, all-zero rows, large feature
     scales, a one-class test split and rare classes are warned about. The data checks found are in
     the returned table's ``attrs["data_checks"]``.
+
+    ``probability_dtype="float32"`` computes Brier and every ECE column on the reference's floating-point
+    path (float32 ``predict_proba`` output and float32 scaled probabilities, see
+    :mod:`prism_plugin.protocol.float32_path`), so they equal the reference evaluator's values bit for
+    bit; the default ``"float64"`` does the metric arithmetic in float64 (differences of about 1e-8).
     """
     import warnings
 
@@ -123,6 +129,9 @@ def evaluate(
     if not isinstance(binary_logits, str) or binary_logits not in ("symmetric", "natural"):
         raise PrismError(f"binary_logits must be 'symmetric' or 'natural', got {binary_logits!r}")
     allowed = check_overlap_allowance(allow_split_overlap, "allow_split_overlap")
+    from prism_plugin.protocol.float32_path import check_probability_dtype
+
+    probability_dtype = check_probability_dtype(probability_dtype, "probability_dtype")
     disable = _names(disable, "disable")
     if isinstance(plugins, (str, bytes)) or not isinstance(plugins, Iterable):
         raise PrismError(f"plugins: pass a list of plugin objects (modules or objects with @hookimpl functions), "
@@ -148,6 +157,8 @@ def evaluate(
     )
     host = PluginHost(disable=disable, extra_plugins=plugins) if plugins else get_host(disable)
     ident = {"task": dataset, "adapter": model, "model": model, "dataset": dataset}
+    if probability_dtype != "float64":
+        ident["meta"] = {"probability_dtype": probability_dtype}
     rows = run_grid(tr, va, te, k, spec, host, ident)
     out = rows_to_frame([rows[key] for key in grid_keys(spec)])
     out.attrs["data_checks"] = checks

@@ -90,6 +90,9 @@ def main_parser(host=None) -> argparse.ArgumentParser:
                         "[logistic_std, knn1] x split_seeds [0..4] unless told otherwise (--set split_seeds=[0])")
     p.add_argument("--probe-backend", choices=("sklearn", "torch"), default=None,
                    help="logistic probe solver: sklearn lbfgs (reference, default) or the converged torch backend")
+    p.add_argument("--bootstrap", type=int, default=None, metavar="N",
+                   help="test-set bootstrap replicates per run for the confidence intervals (= --set "
+                        "bootstrap.n=N; default 200, 0 = off)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run N label fractions at once (local process pool; default 1: the fit is "
                         "memory-bandwidth bound, see BENCHMARKS.md)")

@@ -334,6 +334,8 @@ class ReportView:
     title: str = ""
     reference: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    #: the models the page is about, as labelled on it (its subtitle counts them); empty = those of ``runs``
+    models: tuple[str, ...] = ()
     metrics: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:

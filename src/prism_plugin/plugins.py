@@ -76,6 +76,10 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("temperature_counts", "prism_plugin.summaries.temperature_counts"),
     ("temperature_transfer", "prism_plugin.metrics.temperature_transfer"),
     ("audit", "prism_plugin.adaptation.audit_plugin"),
+    # after every reference-era plugin, so their runs.csv columns keep their order
+    ("classwise", "prism_plugin.metrics.classwise"),
+    ("classwise_report", "prism_plugin.report.classwise"),
+    ("bootstrap", "prism_plugin.metrics.bootstrap"),
 )
 
 

@@ -438,6 +438,11 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
                     "grid_seconds": round(grid_seconds, 3),
                     "total_seconds": round(time.perf_counter() - t_start, 3)},
     }
+    if "bootstrap" in host.implementations("run_metrics"):  # cells[].ci of the seed mean (metrics/bootstrap.py)
+        from prism_plugin.metrics.bootstrap import summary_block
+
+        summary["bootstrap"] = summary_block(summary["cells"], runs, ids, ident["artifact_dir"], task.name, cell_by,
+                                             task.extras.get("bootstrap"))
     results.write_json("summary.json", summary)
     if opts.report:
         from prism_plugin.report.build import write_report

@@ -124,18 +124,45 @@ def tables_from_reference_dir(directory: str | Path, *, required: tuple[str, ...
     return RunTables(out)
 
 
-def tables_from_results(paths, host=None) -> RunTables:
+def _input_labels(paths) -> list[str]:
+    """A short label per input path: its folder name, or its whole path where two names are alike."""
+    names = [Path(p).name or str(p) for p in paths]
+    return [str(p) if names.count(n) > 1 else n for p, n in zip(paths, names)]
+
+
+def tables_from_results(paths, host=None, *, label_models_by_input: bool = False) -> RunTables:
     """Combine runs.csv files of prism-run results directories into RunTables.
 
     Each row's ``reference_table`` column says which results_v2 table it
     belongs to; columns are renamed to that table's schema. Rows of probe
     sweeps (``sweep_key`` set) are left out: ``prism-run sensitivity`` reads them.
+
+    ``label_models_by_input``: a model name found under more than one of ``paths`` (two checkpoints
+    of one adapter, run into two folders) becomes ``<model> · <folder name>`` in each, instead of
+    the runs colliding as "the same run twice".
     """
     kinds = host_or_shared(host).tables
     parts: dict[str, list[pd.DataFrame]] = {}
     swept = 0
-    for file in find_runs_files(paths):
+    paths = list(paths)
+    labels = list(zip((Path(p) for p in paths), _input_labels(paths)))
+
+    def input_of(file: Path) -> str:
+        return next((lab for p, lab in labels if file == p or p in file.parents), "")
+
+    files = [(f, input_of(f)) for f in find_runs_files(paths)]
+    if label_models_by_input:  # a (model, task) found under two inputs: that model is labelled by input
+        where: dict[tuple[str, str], set[str]] = {}
+        for file, label in files:
+            df = read_run_table(file, ("model",))
+            tasks = df["task"].astype(str) if "task" in df else pd.Series("", index=df.index)
+            for key in set(zip(df["model"].astype(str), tasks)):
+                where.setdefault(key, set()).add(label)
+        clash = {m for (m, _), labels in where.items() if len(labels) > 1}
+    for file, label in files:
         df = read_run_table(file, ("model", "fraction", "seed"))
+        if label_models_by_input and clash:
+            df["model"] = [f"{m} · {label}" if str(m) in clash else m for m in df["model"]]
         if "sweep_key" in df:  # probe-sensitivity variants: read by `prism-run sensitivity`, not here
             is_sweep = df["sweep_key"].notna()
             swept += int(is_sweep.sum())
@@ -226,3 +253,34 @@ def register_tables(register) -> None:
     for name, description in shift_descriptions.items():
         register(name, f"{name}.csv", ("model", "src", "tgt", "pair", "fraction", "seed"),
                  key_columns=DEFAULT_KEY_COLUMNS + ("split_seed",), description=description)
+
+
+def load_tables(results_dirs: list[Path], reference: Path | None, host=None, *, label_models_by_input: bool = False):
+    """RunTables of the results directories, the reference directory, or both
+    (rows of the same table concatenated; a model in both is an error). ``label_models_by_input``: see
+    :func:`tables_from_results`."""
+    if not results_dirs and reference is None:
+        raise PrismError("give RESULTS_DIR... (prism-run results) or --reference DIR (published tables)")
+    parts = []
+    if reference is not None:
+        parts.append(RunTables.from_reference_dir(reference, host=host))
+    if results_dirs:
+        for d in results_dirs:
+            if not d.exists():
+                raise PrismError(f"{d}: no such results directory")
+        parts.append(tables_from_results(results_dirs, host, label_models_by_input=label_models_by_input))
+    if len(parts) == 1:
+        return parts[0]
+    ref, own = parts
+    merged = {}
+    for name in dict.fromkeys([*ref.present(), *own.present()]):
+        a, b = getattr(ref, name), getattr(own, name)
+        if a is not None and b is not None:
+            clash = sorted(set(a["model"]) & set(b["model"]))
+            if clash:
+                raise PrismError(f"model name(s) {', '.join(map(str, clash))} appear in both --reference and the "
+                                 "results directories; rename your model (adapter display name) to compare")
+            merged[name] = pd.concat([a, b], ignore_index=True)
+        else:
+            merged[name] = a if a is not None else b
+    return RunTables(**merged)

@@ -459,7 +459,11 @@ def rank_tables(inp: AuditInputs, B: int, seed: int) -> tuple[pd.DataFrame, pd.D
     m["id_rank"] = m.groupby(GROUP)["id_f1_macro"].rank(ascending=False, method="min")
     m["target_rank"] = m.groupby(GROUP)["f1_macro"].rank(ascending=False, method="min")
     m["relative_gap"] = (m["id_f1_macro"] - m["f1_macro"]) / m["id_f1_macro"]
-    m = m.merge(split_cis(inp, B, seed), on=["task", "probe", "model"], how="left")
+    cis = split_cis(inp, B, seed)
+    # the runs' own test-set bootstrap bounds (metrics.bootstrap, same names) averaged into the means are
+    # replaced by the audit's CI over the split-seed means, which is what this table reports
+    m = m.drop(columns=[c for c in cis.columns if c in m.columns and c not in ("task", "probe", "model")])
+    m = m.merge(cis, on=["task", "probe", "model"], how="left")
     if not inp.cells.empty:
         m = m.merge(inp.cells[["task", "model", "exposure"]], on=["task", "model"], how="left")
     cols = [c for c in ["task", "probe", "pair", "model", "n_seeds", "n_split_seeds", "id_f1_macro",

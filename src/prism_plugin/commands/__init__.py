@@ -22,6 +22,7 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
     "ls": ("prism_plugin.commands.ls", "list a registry (adapters, heads, metrics, tasks, plugins, ...) with origins"),
     "validate": ("prism_plugin.commands.validate", "check tasks (names or YAML files) without running them"),
     "report": ("prism_plugin.commands.report", "(re)write report.html and report.md for a results directory"),
+    "evaluate": ("prism_plugin.commands.evaluate", "the PRISM package's `prism evaluate` on .npy embeddings"),
     "compare": ("prism_plugin.commands.compare", "your models beside the eight PRISM reference FMs (CRI, transfer)"),
     "reference": ("prism_plugin.commands.reference", "the published per-run results: derived tables, pull"),
     "cache": ("prism_plugin.commands.cache", "list, verify or remove cached embeddings"),
@@ -29,6 +30,7 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("prism_plugin.commands.audit", "the hematology acquisition-shift audit from results"),
     "sensitivity": ("prism_plugin.commands.sensitivity", "probe-sensitivity tables from sweep results"),
     "geometry": ("prism_plugin.commands.geometry", "embedding-geometry tables from cached embeddings"),
+    "diff": ("prism_plugin.commands.diff", "run-to-run diff of two results directories: deltas, CIs, regression gate"),
 }
 
 #: attribute of the parsed arguments holding the plugin host the CLI built (see :func:`host_of`)

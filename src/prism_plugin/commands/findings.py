@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from prism_plugin.errors import PrismError
+from prism_plugin.tables import load_tables
 
 DEFAULT_OUTPUT = Path("prism_findings")
 
@@ -66,40 +67,6 @@ def parse_options(items: list[str]) -> dict[str, Any]:
             first = str(exc).splitlines()[0]
             raise PrismError(f"--option {key}: value {raw!r} is not valid YAML ({first})") from None
     return out
-
-
-def load_tables(results_dirs: list[Path], reference: Path | None, host=None):
-    """RunTables of the results directories, the reference directory, or both
-    (rows of the same table concatenated; a model in both is an error)."""
-    import pandas as pd
-
-    from prism_plugin.tables import RunTables, tables_from_results
-
-    if not results_dirs and reference is None:
-        raise PrismError("findings: give RESULTS_DIR... (prism-run results) or --reference DIR (published tables)")
-    parts = []
-    if reference is not None:
-        parts.append(RunTables.from_reference_dir(reference, host=host))
-    if results_dirs:
-        for d in results_dirs:
-            if not d.exists():
-                raise PrismError(f"{d}: no such results directory")
-        parts.append(tables_from_results(results_dirs, host))
-    if len(parts) == 1:
-        return parts[0]
-    ref, own = parts
-    merged = {}
-    for name in dict.fromkeys([*ref.present(), *own.present()]):
-        a, b = getattr(ref, name), getattr(own, name)
-        if a is not None and b is not None:
-            clash = sorted(set(a["model"]) & set(b["model"]))
-            if clash:
-                raise PrismError(f"model name(s) {', '.join(map(str, clash))} appear in both --reference and the "
-                                 "results directories; rename your model (adapter display name) to compare")
-            merged[name] = pd.concat([a, b], ignore_index=True)
-        else:
-            merged[name] = a if a is not None else b
-    return RunTables(**merged)
 
 
 def run(args) -> int:

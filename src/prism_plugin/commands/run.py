@@ -57,6 +57,8 @@ def run(args) -> int:
     overrides = list(args.overrides) + ([f"probe.backend={args.probe_backend}"] if args.probe_backend else [])
     # --probe KIND: exactly that one probe (it replaces a task's `probes:` list, e.g. the hematology audit's)
     overrides += [f"probe.kind={args.probe}", "probes=null"] if args.probe else []
+    # --bootstrap N: the number of test-set bootstrap replicates (prism_plugin.metrics.bootstrap; 0 = off)
+    overrides += [f"bootstrap.n={args.bootstrap}"] if getattr(args, "bootstrap", None) is not None else []
     jobs = index.expand_args(args.task, overrides)  # groups expand to members; every task validated before any work
     jobs = expand_sweeps(jobs, host)  # `sweep:` -> one task variant per value (prism_plugin.tasks.sweep)
     specs: list[tuple[str, dict[str, Any]]] = list(args.models)

@@ -452,7 +452,9 @@ class CacheEntry:
 
     def _remove_shards(self) -> None:
         """Delete the shard folder; tolerant of files vanishing under a concurrent remover."""
-        for _ in range(3):
+        for attempt in range(10):
+            if attempt:
+                time.sleep(0.05 * attempt)  # a writer still closing its file (another process, a slow disk)
             try:
                 entries = list(self.shard_dir.iterdir())
             except FileNotFoundError:

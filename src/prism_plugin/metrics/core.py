@@ -168,6 +168,12 @@ def ece(y: np.ndarray, proba: np.ndarray, n_bins: int = 15, scheme: str = "fixed
     N counts every sample (a fixed-bin confidence of exactly 1.0 is in no bin).
     """
     conf, correct = confidence_and_correct(y, proba)
+    return ece_from_confidence(conf, correct, n_bins, scheme)
+
+
+def ece_from_confidence(conf: np.ndarray, correct: np.ndarray, n_bins: int = 15, scheme: str = "fixed") -> float:
+    """The ECE sum of :func:`ece` on confidences and 0/1 correctness already extracted (the bin means
+    are taken in the dtype of ``conf``: the float32 reference path passes float32 confidences)."""
     edges = ece_bin_edges(conf, n_bins, scheme)
     n = conf.shape[0]
     if n == 0:

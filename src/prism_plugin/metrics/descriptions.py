@@ -35,6 +35,19 @@ BUILTIN_METRICS: tuple[tuple[str, str | None, str, str], ...] = (
     ("collapsed", None, "prevalence-aware collapse (share of seeds)", ""),
     ("n_test_classes", None, "classes in the test split", ""),
     ("min_test_class_count", None, "samples of the rarest test class", ""),
+    # class-wise calibration (prism_plugin.metrics.classwise; multiclass only, NaN for K = 2)
+    ("ece_classwise", "lower", "class-wise ECE (mean over classes)", "r"),
+    ("ece_classwise_scaled", "lower", "class-wise ECE after T", "r"),
+    ("ece_classwise_max", "lower", "worst class's one-vs-rest ECE", ""),
+    # test-set bootstrap intervals (prism_plugin.metrics.bootstrap): bounds, not scores (no direction); a
+    # cell's interval of the seed mean is summary.json's cells[].ci, not the mean of these bounds
+    *((f"{m}_ci_{side}", None, f"{label} CI {'lower' if side == 'low' else 'upper'} bound", "")
+      for m, label in (("auroc", "AUROC"), ("f1_macro", "macro-F1"), ("brier", "Brier"), ("nll", "NLL"),
+                       ("nll_scaled", "NLL after T"), ("ece_fixed", "ECE (fixed bins)"),
+                       ("ece_adaptive", "ECE (adaptive bins)"), ("ece_scaled_fixed", "ECE after T (fixed)"),
+                       ("ece_scaled_adaptive", "ECE after T (adaptive)"))
+      for side in ("low", "high")),
+    ("n_test_min_class", None, "test samples of the rarest class (bootstrap)", ""),
 )
 
 #: One-line meanings of the built-in columns whose name does not say it all (``prism-run ls metrics``).
@@ -47,6 +60,16 @@ DESCRIPTIONS: dict[str, str] = {
                  "test class above 0.05 (never on a one-class test split)",
     "n_test_classes": "number of classes present in the test split",
     "min_test_class_count": "test samples of the rarest class present",
+    "ece_classwise": "mean over the K classes of the one-vs-rest fixed-bin ECE (p_k vs 1[y = k], ece_bins bins); "
+                     "multiclass only: NaN for K = 2, where it repeats ece_fixed",
+    "ece_classwise_scaled": "ece_classwise after the fitted temperature (the one of ece_scaled_fixed)",
+    "ece_classwise_max": "the largest per-class one-vs-rest ECE (raw); which class: artifacts/classwise/*.json",
+    **{f"{m}_ci_{side}": f"{'lower' if side == 'low' else 'upper'} bound of the test-set bootstrap interval of {m} "
+                         "(stratified percentile at bootstrap.level, temperature fixed; NaN when the metric is NaN or "
+                         "bootstrap.n = 0)"
+       for m in ("auroc", "f1_macro", "brier", "nll", "nll_scaled", "ece_fixed", "ece_adaptive", "ece_scaled_fixed",
+                 "ece_scaled_adaptive") for side in ("low", "high")},
+    "n_test_min_class": "smallest class count of the test labels: the sample a bootstrap interval rests on",
 }
 
 

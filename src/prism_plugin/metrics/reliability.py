@@ -126,7 +126,7 @@ def _payload_name(payload: Mapping[str, Any]) -> str:
     return artifact_name(payload["task"], payload["fraction"], payload["seed"], payload.get("run_id"))
 
 
-def _row_names(row: Mapping[str, Any]) -> set[str]:
+def row_names(row: Mapping[str, Any]) -> set[str]:
     """The artifact names a runs.csv row may have (its run id with or without the grid-key parts:
     the row does not say whether its task had ``probes``)."""
     from prism_plugin.protocol.grid import run_id
@@ -190,7 +190,7 @@ def flush(results_dir: str | Path, runs: Iterable[Mapping[str, Any]] | None = No
     wanted = set()
     for r in runs:
         if "task" in r and "adapter" in r:
-            wanted.update((str(r["task"]), str(r["adapter"]), name) for name in _row_names(r))
+            wanted.update((str(r["task"]), str(r["adapter"]), name) for name in row_names(r))
     with _LOCK:
         take = [(k, _PENDING.pop(k)) for k in list(_PENDING) if k in wanted]
     return [_write(results_dir, payload) for _, payload in take]
@@ -222,7 +222,7 @@ def load_reliability(results_dir: str | Path, runs=None) -> list[dict[str, Any]]
     index: dict[str, Mapping[str, Any]] = {}
     for r in runs.to_dict("records"):
         if "task" in r:
-            for name in _row_names(r):
+            for name in row_names(r):
                 index.setdefault(name, r)
     out = []
     for path in sorted(folder.glob("*.json")):

@@ -220,6 +220,10 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
                 )
             owners[name] = result.plugin
             row[name] = _scalar(value, name, result.plugin)
+    if meta.get("probability_dtype") == "float32":  # the reference's float32 path (protocol/float32_path.py)
+        from prism_plugin.protocol.float32_path import float32_columns
+
+        row.update(float32_columns(run, fit.test.proba, row))
     row.update(extra)
     row.update({
         "task": run.task,

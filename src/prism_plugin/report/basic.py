@@ -21,8 +21,8 @@ import pandas as pd
 
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.report import plots
-from prism_plugin.report.derived import (FEWSHOT_TOLERANCE, TABLE_LABELS, TRANSFER_TABLES, TRANSFER_ZONE, frame_label,
-                                         label_definition_bands_apply, table_label)
+from prism_plugin.report.derived import (CI_METRICS, FEW_TEST_SAMPLES, FEWSHOT_TOLERANCE, TABLE_LABELS, TRANSFER_TABLES,
+                                         TRANSFER_ZONE, frame_label, label_definition_bands_apply, table_label)
 from prism_plugin.report.markdown import fmt, inline, markdown_table
 from prism_plugin.report.metric_table import metric_cells, metric_section
 from prism_plugin.report.sections import ReportSection
@@ -31,7 +31,7 @@ from prism_plugin.report.verdict import TOPICS, build_verdict, pct, setting_labe
 IN_DIST = ("indomain", "camelyon17_indomain")
 TRANSFERS = TRANSFER_TABLES
 MAX_TABLE_ROWS = 80
-NO_MPL = "figures need matplotlib, which is not installed: pip install 'prism-plugin[report]'"
+NO_MPL = "figures need matplotlib, which is not installed: pip install matplotlib"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -52,6 +52,10 @@ class _Ctx:
                     self.notes = data.get("notes", [])
                 except (OSError, ValueError):
                     pass
+        self.ci_level = None
+        self.cells_exact = 0  # cells whose CIs come from the paired bootstrap replicates
+        if not view.reference:
+            self._exact_ci()
         self.mpl = plots.available()
         # the described metrics (register_metrics, report=True) these runs hold, per cell
         self.described = view.described_metrics("report")
@@ -61,6 +65,29 @@ class _Ctx:
         except Exception as exc:  # a malformed plugin column must not cost the whole report
             self.metric_cells = None
             self.metric_error = f"the metric table could not be computed: {type(exc).__name__}: {exc}"
+
+    def _exact_ci(self) -> None:
+        """The CI level of the results and, where the bootstrap replicates are at hand, the exact
+        seed-mean CIs in the cells (and the settings the verdict cites, recomputed from them)."""
+        from prism_plugin.report import uncertainty
+        from prism_plugin.report.derived import band_metrics, report_settings
+
+        try:
+            self.ci_level = uncertainty.bootstrap_level(self.view.source_summaries())
+        except Exception:
+            self.ci_level = None
+        if self.cells is None or self.cells.empty or "ci_source" not in self.cells:
+            return
+        from prism_plugin.report.build import source_dirs
+
+        models = set(self.cells["model"].astype(str))
+        cells, level, k = uncertainty.exact_cell_ci(source_dirs(self.view.sources), self.cells,
+                                                    label=lambda row: cell_model(row, models))
+        if not k:
+            return
+        self.cells, self.cells_exact = cells, k
+        self.ci_level = self.ci_level or level
+        self.settings = report_settings(cells, self.fewshot, band_metrics(self.view.options))
 
     def cells_of(self, table: str) -> pd.DataFrame | None:
         if self.cells is None or self.cells.empty:
@@ -73,6 +100,20 @@ class _Ctx:
 
     def h(self, key: str) -> Any:
         return self.headline.get(key)
+
+
+def cell_model(row, models: set[str]) -> str:
+    """The model label the report's cells give a runs.csv row: the model, or ``model · probe``
+    (several probes of one model), or ``model · C = …`` (a probe-sweep variant)."""
+    from prism_plugin.report.build import PROBE_SEP
+    from prism_plugin.summaries.probe_sensitivity import variant_model
+
+    model = str(row.get("model", ""))
+    for cand in (variant_model(model, row.get("sweep_key"), row.get("sweep_value")),
+                 f"{model}{PROBE_SEP}{row.get('probe')}"):
+        if cand in models:
+            return cand
+    return model
 
 
 def _figure_guard(ctx: _Ctx, section: ReportSection) -> bool:
@@ -93,7 +134,7 @@ def overview(ctx: _Ctx) -> ReportSection:
     sec = ReportSection("Overview", "", order=1, key="overview", summary="what was evaluated, how to read")
     cells = ctx.cells
     if cells is None or cells.empty:
-        sec.body = "No per-run results could be read." + (" " + " ".join(ctx.view.notes) if ctx.view.notes else "")
+        sec.body = _no_cells_text(ctx)
         return sec
     rows = []
     for table in dict.fromkeys(cells["table"]):
@@ -128,7 +169,11 @@ def overview(ctx: _Ctx) -> ReportSection:
         "logit convention), for multiclass T = 1.",
         "- A probe **collapses** when more than 99 % of its test predictions fall in one class; its AUROC and ECE "
         "are then not informative.",
-        "- Bands in the figures span the minimum to the maximum over seeds; lines are seed means.",
+        "- Bands in the figures span the minimum to the maximum over seeds; lines are seed means."
+        + (f" Error bars are the {_ci_words(ctx)} (resampling the test set; the probe and its temperature are "
+           "kept): how much the number could move on another test set of the same size. Where the rarest test "
+           f"class has fewer than {FEW_TEST_SAMPLES} samples the verdict says so."
+           if plots.has_ci(cells, CI_METRICS) else ""),
     ])
     where = ctx.view.tables_dir
     try:
@@ -136,17 +181,74 @@ def overview(ctx: _Ctx) -> ReportSection:
         loc = "beside this report" if str(rel) == "." else f"in `{rel}/`"
     except ValueError:
         loc = f"in `{where}`"
-    files = "\n".join([
-        f"**Files behind the numbers** ({loc})",
-        "",
-        "- `report_cells.csv`: one row per cell (seed mean, std, min, max of every metric); "
-        "`report_settings.csv`: one row per (model, setting) with what the verdict cites; `verdict.csv`: the "
-        "verdict with its evidence.",
-        "- The PROTOCOL §6 tables under their published names (e.g. `degeneracy_audit.csv`, `mechanism_summary.csv`, "
-        "`rank_correlations.csv`, `cri_variants_100.csv`) and `findings.json` (headline numbers and notes).",
-    ])
+    files = "\n".join([f"**Files behind the numbers** ({loc})", "", *_file_lines(ctx)])
     sec.body = "\n\n".join([intro, markdown_table(pd.DataFrame(rows)), how, files])
+    if ctx.cells_exact:  # the CSVs the verdict cites hold the exact (replicate) intervals too
+        sec.tables["report_cells"] = ctx.cells
+        sec.tables["report_settings"] = ctx.settings
     return sec
+
+
+#: What the overview says of each table it may cite (only those these results hold are listed).
+FILE_WORDS = {
+    "report_cells": "one row per cell (seed mean, std, min, max of every metric, and the test-set CI where "
+                    "measured)",
+    "report_settings": "one row per (model, setting) with what the verdict cites",
+    "verdict": "the verdict with its evidence",
+    "metric_cells": "every described metric per cell",
+}
+
+
+def _file_lines(ctx: _Ctx) -> list[str]:
+    """The files behind the numbers that these results hold: the report's own tables, then the
+    PROTOCOL §6 tables a summary plugin wrote, then ``findings.json``."""
+    tables = set(getattr(ctx.view.summaries, "tables", {}) or {})
+    if ctx.view.summaries is None and ctx.view.tables_dir.is_dir():
+        tables = {p.stem for p in ctx.view.tables_dir.glob("*.csv")}
+    tables.add("verdict")  # written with this report (the verdict section's table)
+    if ctx.metric_cells is not None and not ctx.metric_cells.empty:
+        tables.add("metric_cells")
+    own = [f"`{t}.csv`: {w}" for t, w in FILE_WORDS.items() if t in tables]
+    lines = ["- " + "; ".join(own) + "."] if own else []
+    protocol = sorted(t for t in tables if t not in FILE_WORDS and t != "fewshot_temperature")
+    if "fewshot_temperature" in tables:
+        lines.append("- `fewshot_temperature.csv`: few-shot target temperatures per K.")
+    if protocol:
+        shown = ", ".join(f"`{t}.csv`" for t in protocol[:12]) + (f" and {len(protocol) - 12} more"
+                                                                 if len(protocol) > 12 else "")
+        lines.append(f"- The PROTOCOL §6 tables these runs support, under their published names: {shown}.")
+    if ctx.headline or (ctx.view.tables_dir / "findings.json").exists():
+        lines.append("- `findings.json`: headline numbers and notes (what is not defined here, and why).")
+    return lines
+
+
+def _ci_words(ctx: _Ctx) -> str:
+    level = f"{round(100 * ctx.ci_level, 6):g} % " if ctx.ci_level else ""
+    return f"{level}test-set bootstrap CI of the seed mean"
+
+
+def _no_cells_text(ctx: _Ctx) -> str:
+    """Why there are no cells, in words a user can act on."""
+    sweeps = _sweep_run_count(ctx)
+    if sweeps:
+        return (f"These results are a probe sweep ({sweeps} runs of `sweep:` variants), which this report's "
+                "per-cell sections leave out (each variant would be pooled with the others); `prism-run "
+                "sensitivity DIR` compares the variants (ranking stability per C or probe kind).")
+    text = "No per-run results could be read."
+    return text + (" " + " ".join(ctx.view.notes) if ctx.view.notes else "")
+
+
+def _sweep_run_count(ctx: _Ctx) -> int:
+    from prism_plugin.results import runs_files
+
+    n = 0
+    try:
+        for f in runs_files(ctx.view.sources):
+            head = pd.read_csv(f, usecols=lambda c: c == "sweep_key")
+            n += int(head["sweep_key"].notna().sum()) if "sweep_key" in head else 0
+    except Exception:
+        return 0
+    return n
 
 
 # --------------------------------------------------------------------------- verdict
@@ -185,8 +287,13 @@ def _kpis(settings: pd.DataFrame, model: str) -> str:
                       "cells with a collapsed seed"))
         cards.append((f"{int(ind['scaling_not_helping_cells'].sum())} / {int(ind['scaling_cells'].sum())}",
                       "cells where scaling did not lower ECE"))
-    if len(tr) and tr["transfer_auroc"].notna().any():
-        cards.append((fmt(float(tr["transfer_auroc"].mean())), f"transfer AUROC ({len(tr)} pair{'s' if len(tr) > 1 else ''})"))
+    if len(tr) and tr["auroc_hi"].notna().any():
+        # the number of the "At a glance" line below the cards (seed mean at the largest source fraction,
+        # mean over pairs), said as such; the transfer lines' banding AUROC is a mean over fractions
+        top = pct(float(tr["fraction_max"].max()))
+        pairs = f"{len(tr)} pair{'s' if len(tr) > 1 else ''}"
+        cards.append((fmt(float(tr["auroc_hi"].mean())),
+                      f"target AUROC at {top} source labels ({pairs}{', mean' if len(tr) > 1 else ''})"))
     if not cards:
         return ""
     return '<div class="kpis" style="padding:4px 16px">' + "".join(
@@ -262,7 +369,11 @@ def discrimination(ctx: _Ctx) -> ReportSection:
                         summary="AUROC and macro-F1 with seed bands")
     found = False
     body = ["AUROC (ranking quality) and macro-F1 (decisions at the arg-max) as the share of training labels "
-            "grows. Lines are seed means; the band spans the seeds."]
+            "grows. Lines are seed means; the band spans the seeds" + (f"; error bars are the {_ci_words(ctx)}"
+                                                                     if plots.has_ci(ctx.cells, ("auroc", "f1_macro"))
+                                                                     else "") +
+            ". Each y axis is fitted to its data (within 0–1), so small differences are visible: read the tick "
+            "values, not the height."]
     for table in IN_DIST:
         cells = ctx.cells_of(table)
         if cells is None:
@@ -275,15 +386,16 @@ def discrimination(ctx: _Ctx) -> ReportSection:
         if len(settings) == 1:
             s = settings[0]
             sec.figures[f"discrimination-{table}.png"] = plots.metric_curves(
-                cells, [(s, "auroc", "AUROC"), (s, "f1_macro", "macro-F1")], ylim=(0, 1.02))
+                cells, [(s, "auroc", "AUROC"), (s, "f1_macro", "macro-F1")], bounds=(0.0, 1.0), ci_level=ctx.ci_level)
             sec.captions[f"discrimination-{table}.png"] = f"{label}: AUROC (left) and macro-F1 (right) on {setting_label(s)}."
         else:
             for metric, ylab in (("auroc", "AUROC"), ("f1_macro", "macro-F1")):
                 name = f"{metric}-{table}.png"
-                sec.figures[name] = plots.metric_curves(cells, [(s, metric, ylab) for s in settings], ylim=(0, 1.02))
+                sec.figures[name] = plots.metric_curves(cells, [(s, metric, ylab) for s in settings], bounds=(0.0, 1.0),
+                                                        ci_level=ctx.ci_level)
                 sec.captions[name] = f"{label}: {ylab} vs label fraction, one panel per setting."
     if not found:
-        sec.not_shown.append("no in-distribution runs in these results (only transfer); see the Transfer section")
+        sec.not_shown.append(_no_in_distribution(ctx, "see the Transfer section"))
     bp = ctx.view.table("breaking_points_by_threshold")
     if bp is not None and len(bp) <= MAX_TABLE_ROWS:
         body.append("**Breaking points** (`breaking_points_by_threshold.csv`): the smallest label fraction whose "
@@ -292,6 +404,17 @@ def discrimination(ctx: _Ctx) -> ReportSection:
                                                   for c in bp.columns if c.startswith("thr_")}))
     sec.body = "\n\n".join(body)
     return sec
+
+
+def _no_in_distribution(ctx: _Ctx, transfer_hint: str) -> str:
+    """Why an in-distribution section is empty: only transfer runs (then ``transfer_hint``), a
+    probe sweep read elsewhere, or no runs at all."""
+    if ctx.cells is not None and not ctx.cells.empty and ctx.cells["table"].isin(TRANSFERS).any():
+        return f"no in-distribution runs in these results (only transfer); {transfer_hint}"
+    if _sweep_run_count(ctx):
+        return ("the in-distribution runs here are probe-sweep variants, left out of this section; `prism-run "
+                "sensitivity DIR` compares them")
+    return "no in-distribution runs could be read from these results (see the Overview)"
 
 
 # --------------------------------------------------------------------------- calibration
@@ -318,11 +441,10 @@ def calibration(ctx: _Ctx) -> ReportSection:
         name = f"ece-{table}.png"
         label = "after T fitted on the proportional validation subset" if table == "indomain_propval" else \
             "after temperature scaling"
-        sec.figures[name] = plots.ece_curves(cells, settings, scaled_label=label)
+        sec.figures[name] = plots.ece_curves(cells, settings, scaled_label=label, ci_level=ctx.ci_level)
         sec.captions[name] = f"{TABLE_LABELS[table]}: ECE vs label fraction (raw solid, scaled dashed)."
     if not found:
-        sec.not_shown.append("no in-distribution runs in these results; target calibration under transfer is in "
-                             "the Transfer section")
+        sec.not_shown.append(_no_in_distribution(ctx, "target calibration under transfer is in the Transfer section"))
     sec.body = "\n\n".join(body)
     return sec
 
@@ -330,8 +452,9 @@ def calibration(ctx: _Ctx) -> ReportSection:
 # --------------------------------------------------------------------------- reliability
 def _reliability_groups(entries: list[dict], cells: pd.DataFrame | None, max_groups: int = 8):
     by: dict[tuple, list[dict]] = {}
-    for e in entries:
-        by.setdefault((e["model"], e["setting"], e["reference_table"], round(float(e["fraction"]), 9)), []).append(e)
+    for e in entries:  # one group per cell: a sweep variant (task@probe.C=…) is a model of its own, never pooled
+        by.setdefault((_entry_model(e), e["setting"], e["reference_table"], round(float(e["fraction"]), 9)),
+                      []).append(e)
     keys = list(by)
     chosen = []
     pairs = list(dict.fromkeys((k[0], k[1], k[2]) for k in keys))
@@ -356,6 +479,17 @@ def _reliability_groups(entries: list[dict], cells: pd.DataFrame | None, max_gro
             "binary": int(es[0].get("n_classes", 2)) == 2,
         })
     return groups, skipped, len(pairs)
+
+
+def _entry_model(entry: dict) -> str:
+    """The model of a reliability artifact, labelled by its sweep variant (``task@key=value``) if any."""
+    from prism_plugin.summaries.probe_sensitivity import variant_model
+
+    task = str(entry.get("task", ""))
+    if "@" in task and "=" in task.split("@", 1)[1]:
+        key, value = task.split("@", 1)[1].split("=", 1)
+        return variant_model(entry["model"], key, value)
+    return str(entry["model"])
 
 
 def reliability(ctx: _Ctx) -> ReportSection:
@@ -551,9 +685,11 @@ def transfer(ctx: _Ctx) -> ReportSection:
         settings = list(dict.fromkeys(cells["setting"]))
         agg = None if len(settings) <= 6 else f"{len(settings)} pairs (mean over pairs)"
         name = f"transfer-{table}.png"
-        sec.figures[name] = plots.transfer_curves(cells, settings, aggregate_label=agg, zone=_banded(table, cells))
-        sec.captions[name] = (f"{frame_label(table, cells)}: target AUROC (top) and target ECE (bottom) vs source label "
-                              "fraction" + ("; averaged over pairs, band = range over pairs." if agg else "."))
+        sec.figures[name] = plots.transfer_curves(cells, settings, aggregate_label=agg, zone=_banded(table, cells),
+                                                  ci_level=ctx.ci_level, zone_at=TRANSFER_ZONE)
+        sec.captions[name] = (f"{frame_label(table, cells)}: target AUROC (top; y axis fitted to the data) and target "
+                              "ECE (bottom) vs source label fraction"
+                              + ("; averaged over pairs, band = range over pairs." if agg else "."))
         extra = []
         if "temperature_oracle_mean" in cells and cells["temperature_oracle_mean"].notna().any():
             extra.append(("temperature_oracle", "oracle T (fitted on target test; not deployable)", "--"))
@@ -563,7 +699,7 @@ def transfer(ctx: _Ctx) -> ReportSection:
             extra.append((f"temperature_fewshot_k{ks[-1]}", f"few-shot T (K = {ks[-1]} target labels)", ":"))
         if len(settings) <= 6 and cells["temperature_mean"].notna().any():
             tname = f"transfer-temperature-{table}.png"
-            sec.figures[tname] = plots.temperature_curves(cells, settings, extra=extra, max_cols=4,
+            sec.figures[tname] = plots.temperature_curves(cells, settings, extra=extra, max_cols=2,
                                                           xlabel="source label fraction (log scale)")
             sec.captions[tname] = (f"{frame_label(table, cells)}: source-fitted temperature" +
                                    (", oracle" if any(e[0] == "temperature_oracle" for e in extra) else "") +
@@ -585,7 +721,8 @@ def transfer(ctx: _Ctx) -> ReportSection:
     bands = ctx.view.table("mechanism_bands")
     if bands is not None:
         body.append("**Rising target ECE by transfer AUROC** (`mechanism_bands.csv`, PROTOCOL §6.10; combinations "
-                    "of model and pair, banded by the mean target AUROC over fractions):\n\n" + markdown_table(bands))
+                    "of model and pair, banded by the mean target AUROC over fractions; rate = share of the band's "
+                    "combinations whose target ECE rose):\n\n" + markdown_table(bands, formats=_PERCENT_COLUMNS))
     rho = ctx.h("mechanism_spearman_slope_all")
     if isinstance(rho, (int, float)):
         body.append(f"Spearman correlation between transfer AUROC and the slope of target ECE in log10 fraction: "
@@ -596,6 +733,10 @@ def transfer(ctx: _Ctx) -> ReportSection:
                     "label-definition transfer cells (ts_transfer_cells_worse).")
     sec.body = "\n\n".join(body)
     return sec
+
+
+#: Columns of the PROTOCOL §6 tables that hold a percentage (printed with its unit).
+_PERCENT_COLUMNS = {"rate": lambda v: "–" if pd.isna(v) else f"{float(v):g} %"}
 
 
 # --------------------------------------------------------------------------- CRI
@@ -631,8 +772,8 @@ PAPER_NUMBERS: list[tuple[str, str, str, str]] = [
     # (headline key, what, paper value, unit/format)
     ("decoupling_pooled_rho_1pct", "pooled AUROC-rank vs calibration-rank ρ at 1 % labels", "−0.24", "f"),
     ("decoupling_pooled_rho_100pct", "pooled ρ at 100 % labels", "0.52", "f"),
-    ("decoupling_i2_1pct", "heterogeneity I² at 1 % (%)", "67 %", "pct"),
-    ("decoupling_i2_100pct", "heterogeneity I² at 100 % (%)", "0 %", "pct"),
+    ("decoupling_i2_1pct", "heterogeneity I² at 1 %", "67 %", "pct"),
+    ("decoupling_i2_100pct", "heterogeneity I² at 100 %", "0 %", "pct"),
     ("decoupling_pooled_contrast", "ρ(100 %) − ρ(1 %)", "0.754 [0.190, 1.270]", "ci"),
     ("decoupling_seedlevel_contrast", "seed-level bootstrap Δρ", "0.62 [0.08, 1.13]", "ci"),
     ("ts_indomain_cells_worse", "cells where temperature scaling does not reduce ECE", "49 of 288", "of"),
@@ -719,22 +860,44 @@ def cell_table(ctx: _Ctx) -> ReportSection:
                     "std, min and max of each metric).")
         return sec
 
-    def pm(m, s):
-        return "–" if pd.isna(m) else (f"{m:.3f} ± {s:.3f}" if not pd.isna(s) else f"{m:.3f}")
+    with_ci = plots.has_ci(cells, ("auroc", "f1_macro", "ece_fixed", "ece_scaled_fixed"))
+
+    def pm(r, metric):
+        m, s = getattr(r, f"{metric}_mean"), getattr(r, f"{metric}_std")
+        if pd.isna(m):
+            return "–"
+        text = f"{m:.3f} ± {s:.3f}" if not pd.isna(s) else f"{m:.3f}"
+        return text + ci_text(getattr(r, f"{metric}_ci_low", np.nan), getattr(r, f"{metric}_ci_high", np.nan))
 
     rows = []
     for r in cells.itertuples(index=False):
-        rows.append({
+        row = {
             "runs": table_label(r.table, getattr(r, "shift", None)), "model": r.model, "setting": setting_label(r.setting),
-            "fraction": pct(r.fraction), "AUROC": pm(r.auroc_mean, r.auroc_std),
-            "macro-F1": pm(r.f1_macro_mean, r.f1_macro_std), "ECE raw": pm(r.ece_fixed_mean, r.ece_fixed_std),
-            "ECE scaled": pm(r.ece_scaled_fixed_mean, r.ece_scaled_fixed_std),
+            "fraction": pct(r.fraction), "AUROC": pm(r, "auroc"),
+            "macro-F1": pm(r, "f1_macro"), "ECE raw": pm(r, "ece_fixed"),
+            "ECE scaled": pm(r, "ece_scaled_fixed"),
             "T": fmt(r.temperature_mean, 3),
             "collapsed": "–" if pd.isna(r.collapsed_runs) else f"{int(r.collapsed_runs)}/{int(r.n_runs)}",
-        })
-    sec.body = ("Seed mean ± standard deviation (ddof = 1) per cell (`report_cells.csv`). T is the temperature "
-                "behind the scaled ECE (source validation split for transfer).\n\n" + markdown_table(pd.DataFrame(rows)))
+        }
+        n_min = getattr(r, "n_test_min_class", np.nan)
+        if not pd.isna(n_min):
+            row["rarest test class"] = f"{int(n_min)}" + (" ⚠️ few" if 0 < n_min < FEW_TEST_SAMPLES else "")
+        rows.append(row)
+    intro = "Seed mean ± standard deviation (ddof = 1) per cell (`report_cells.csv`)"
+    if with_ci:
+        intro += (f"; in brackets the {_ci_words(ctx)}" + (" (from the paired replicates)" if ctx.cells_exact else
+                                                          " (approximated by the mean of the seeds' intervals)")
+                  + "; *rarest test class*: the smallest class count of the test split")
+    sec.body = (intro + ". T is the temperature behind the scaled ECE (source validation split for transfer).\n\n"
+                + markdown_table(pd.DataFrame(rows)))
     return sec
+
+
+def ci_text(lo: float, hi: float, digits: int = 3) -> str:
+    """`` [lo, hi]`` of a test-set CI, empty when not measured."""
+    if lo is None or hi is None or pd.isna(lo) or pd.isna(hi):
+        return ""
+    return f" [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 @hookimpl

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from prism_plugin.errors import PrismError
-from prism_plugin.report.markdown import inline, to_html
+from prism_plugin.report.markdown import TABLE_SCRIPT, add_table_tools, inline, to_html
 from prism_plugin.report.sections import ReportSection, ReportView
 from prism_plugin.results import atomic_write_bytes, atomic_write_text, write_csv
 
@@ -102,20 +102,25 @@ def summary_options(options: Mapping[str, Any] | None, host, dirs: Iterable[Path
     return opts, notes
 
 
-def compute_summaries(run_tables, options: Mapping[str, Any], host, *, into=None) -> tuple[Any, list[str]]:
+def compute_summaries(run_tables, options: Mapping[str, Any], host, *, into=None,
+                      skip: Iterable[str] = ()) -> tuple[Any, list[str]]:
     """Every ``summarize`` plugin via the engine, one at a time, so a failing
     plugin costs its own tables only (named in the returned notes).
 
     ``into``: a :class:`~prism_plugin.tables.SummaryOutput` already computed (e.g. a summary
     run strictly first) that the other plugins' outputs are merged into; a clash with it is a
-    note, like any other.
+    note, like any other. ``skip``: plugin names not run (the leaderboard skips the bootstrap
+    rank correlations of ``decoupling``).
     """
     from prism_plugin.summaries.engine import run_summaries, summary_plugins
     from prism_plugin.tables import SummaryOutput
 
     out = SummaryOutput() if into is None else into
     notes: list[str] = []
+    skip = set(skip)
     for name in summary_plugins(host):
+        if name in skip:
+            continue
         try:
             part = run_summaries(run_tables, options, host, only=[name])
         except Exception as exc:  # the report must still render; the failure is shown in it
@@ -186,10 +191,14 @@ def build_view(path: Path, host, *, sources: Iterable[Path] | None = None, run_t
     for d in dirs:  # artifacts buffered by this process's runs (see metrics.reliability)
         reliability.flush(d)
     if run_tables is None and dirs:
+        from prism_plugin.summaries.probe_sensitivity import with_sweep_variants
+
         try:
             run_tables = tables_from_results(dirs, host)
         except PrismError as exc:
-            notes.append(f"per-run tables could not be assembled: {exc}")
+            if "probe-sweep run" not in str(exc):  # a sweep's variants are read below, one model per value
+                notes.append(f"per-run tables could not be assembled: {exc}")
+        run_tables = with_sweep_variants(run_tables, dirs, host)
     # each probe of a model its own line, in the summaries, the tables and the diagrams alike
     several = several_probe_models(run_tables) if run_tables is not None else set()
     run_tables = probes_apart(run_tables)
@@ -258,9 +267,17 @@ def write_view(view: ReportView, host, *, write_tables: bool = True) -> tuple[Pa
     """Write the report of a built view (:func:`build_view`) into ``view.path``: its sections are
     collected once. Returns the HTML path and the sections written, figures under the names
     they were saved as in ``figures/``."""
-    path = Path(view.path)
     sections = collect_sections(view, host)
     sections.append(notes_section(sections, view))
+    return write_sections(view, sections, write_tables=write_tables), sections
+
+
+def write_sections(view: ReportView, sections: list[ReportSection], *, write_tables: bool = True, title: str = "",
+                   **page: Any) -> Path:
+    """Write ``sections`` (their figures renamed to unique ``figures/`` names, in place) as ``report.md``
+    and ``report.html`` into ``view.path``, and each section's ``tables`` as CSV into ``view.tables_dir``;
+    ``page``: the :func:`render_html` keywords (``tabs``, ``kicker``, ``footer``). Returns the HTML path."""
+    path = Path(view.path)
     figures = _assign_figure_names(sections)
     if write_tables:
         for s in sections:
@@ -273,12 +290,12 @@ def write_view(view: ReportView, host, *, write_tables: bool = True) -> tuple[Pa
         for old in fig_dir.glob("*.png"):
             if old.name not in figures:
                 old.unlink()
-    title = view.title or _default_title(view)
+    title = title or view.title or _default_title(view)
     rel_tables = _relpath(Path(view.tables_dir), path)
     atomic_write_text(path / MD_NAME, render_markdown(title, sections, view, rel_tables))
     target = path / HTML_NAME
-    atomic_write_text(target, render_html(title, sections, view, rel_tables))
-    return target, sections
+    atomic_write_text(target, render_html(title, sections, view, rel_tables, **page))
+    return target
 
 
 def _relpath(target: Path, base: Path) -> str:
@@ -344,7 +361,7 @@ def _subtitle(view: ReportView) -> str:
     runs = view.runs
     parts = []
     if not runs.empty and "model" in runs:
-        models = list(dict.fromkeys(runs["model"].astype(str)))
+        models = list(view.models) or list(dict.fromkeys(runs["model"].astype(str)))
         parts.append(f"{len(models)} model{'s' if len(models) != 1 else ''}")
         parts.append(f"{len(runs)} runs")
     if view.run_tables is not None:
@@ -434,7 +451,65 @@ def _img(data: bytes, alt: str) -> str:
     return f'<img src="data:image/png;base64,{b64}" alt="{_html.escape(alt, quote=True)}" loading="lazy">'
 
 
-def render_html(title: str, sections: list[ReportSection], view: ReportView, rel_tables: str) -> str:
+def _toc_item(s: ReportSection) -> str:
+    """One table-of-contents entry: the title, its teaser and, when the section has items it cannot
+    show, a badge (``not shown`` for a section with nothing else; ``N not shown`` beside a body)."""
+    badge = ""
+    if s.not_shown:
+        empty = not s.figures and not s.body.strip() and not s.html.strip()
+        label = "not shown" if empty else f"{len(s.not_shown)} not shown"
+        badge = (f'<span class="toc-na" title="{_html.escape("; ".join(s.not_shown), quote=True)}">'
+                 f"{label}</span>")
+    return (f'<li><a href="#{s.anchor}">{_html.escape(s.title)}</a>'
+            + (f'<span class="toc-sub">{_html.escape(s.summary)}</span>' if s.summary else "")
+            + badge + "</li>")
+
+
+def render_section_html(s: ReportSection, image) -> str:
+    """One section as an HTML card: its "not shown" callouts, body (sortable tables with CSV links)
+    and figures."""
+    chunk = [f'<section id="{s.anchor}" class="card"><h2>{_html.escape(s.title)}</h2>']
+    for line in s.not_shown:
+        chunk.append(f'<div class="callout na"><strong>Not shown.</strong> {inline(line)}</div>')
+    chunk.append(add_table_tools(s.html, s.anchor) if s.html else to_html(s.body, image, table_name=s.anchor))
+    for name, data in s.figures.items():
+        cap = s.captions.get(name, "")
+        chunk.append(f'<figure>{_img(data, cap or name)}'
+                     + (f"<figcaption>{inline(cap)}</figcaption>" if cap else "") + "</figure>")
+    chunk.append("</section>")
+    return "\n".join(chunk)
+
+
+def _tab_groups(sections: list[ReportSection], tabs) -> list[tuple[str, str, list[ReportSection]]]:
+    """``tabs`` = [(tab id, tab title, [section key or anchor, ...])]: the sections of each tab in the
+    order given; a section no tab names goes to the last tab."""
+    by_key = {}
+    for s in sections:
+        by_key.setdefault(s.key or s.anchor, s)
+        by_key.setdefault(s.anchor, s)
+    used: set[int] = set()
+    groups = []
+    for tab_id, tab_title, keys in tabs:
+        members = []
+        for k in keys:
+            s = by_key.get(k)
+            if s is not None and id(s) not in used:
+                used.add(id(s))
+                members.append(s)
+        groups.append((tab_id, tab_title, members))
+    rest = [s for s in sections if id(s) not in used]
+    if rest and groups:
+        groups[-1][2].extend(rest)
+    return [g for g in groups if g[2]]
+
+
+def render_html(title: str, sections: list[ReportSection], view: ReportView, rel_tables: str, *,
+                tabs=None, kicker: str = "PRISM reliability report", footer: str = "") -> str:
+    """The self-contained HTML page: a contents column, the sections as cards, every figure embedded,
+    every table sortable with a CSV link (:data:`~prism_plugin.report.markdown.TABLE_SCRIPT`).
+
+    ``tabs`` = [(tab id, tab title, [section key, ...])] groups the sections into tabs (one shown at a
+    time with JavaScript; without it the tabs are a row of links and the panels follow one another)."""
     from prism_plugin import __version__
 
     figs_by_name = {n: d for s in sections for n, d in s.figures.items()}
@@ -445,30 +520,26 @@ def render_html(title: str, sections: list[ReportSection], view: ReportView, rel
             return _img(figs_by_name[name], alt)
         return f"<span class=\"missing\">[image {_html.escape(src)} not embedded]</span>"
 
-    toc = "".join(
-        f'<li><a href="#{s.anchor}">{_html.escape(s.title)}</a>'
-        + (f'<span class="toc-sub">{_html.escape(s.summary)}</span>' if s.summary else "")
-        + ("<span class=\"toc-na\">not shown</span>" if s.not_shown and not s.figures and not s.body.strip() else "")
-        + "</li>"
-        for s in sections
-    )
-    body = []
-    for s in sections:
-        chunk = [f'<section id="{s.anchor}" class="card"><h2>{_html.escape(s.title)}</h2>']
-        for line in s.not_shown:
-            chunk.append(f'<div class="callout na"><strong>Not shown.</strong> {inline(line)}</div>')
-        chunk.append(s.html if s.html else to_html(s.body, image))
-        for name, data in s.figures.items():
-            cap = s.captions.get(name, "")
-            chunk.append(f'<figure>{_img(data, cap or name)}'
-                         + (f"<figcaption>{inline(cap)}</figcaption>" if cap else "") + "</figure>")
-        chunk.append("</section>")
-        body.append("\n".join(chunk))
+    tabbar = ""
+    if tabs:
+        groups = _tab_groups(sections, tabs)
+        toc = "".join(f'<li class="toc-tab"><a href="#{_html.escape(tid, quote=True)}">{_html.escape(tt)}</a>'
+                      f'<ol>{"".join(_toc_item(s) for s in members)}</ol></li>' for tid, tt, members in groups)
+        tabbar = ('<nav class="tabbar" aria-label="Tabs"><div class="wrap">'
+                  + "".join(f'<a href="#{_html.escape(tid, quote=True)}">{_html.escape(tt)}</a>'
+                            for tid, tt, _ in groups) + "</div></nav>")
+        body = [f'<div class="tab-panel" id="{_html.escape(tid, quote=True)}"><h2 class="tab-title">'
+                f'{_html.escape(tt)}</h2>\n' + "\n".join(render_section_html(s, image) for s in members) + "</div>"
+                for tid, tt, members in groups]
+    else:
+        toc = "".join(_toc_item(s) for s in sections)
+        body = [render_section_html(s, image) for s in sections]
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    footer = footer or DEFAULT_FOOTER.format(tables=_html.escape(rel_tables or "."))
     return TEMPLATE.format(
         title=_html.escape(title), subtitle=_html.escape(_subtitle(view)), toc=toc, body="\n".join(body),
-        version=_html.escape(__version__), stamp=stamp, css=CSS,
-        tables=_html.escape(rel_tables or "."),
+        version=_html.escape(__version__), stamp=stamp, css=CSS, tabbar=tabbar, kicker=_html.escape(kicker),
+        footer=footer, script=TABLE_SCRIPT,
     ) + stamp_comment(runs_stamp_of(view))
 
 
@@ -549,9 +620,33 @@ li.lv-na:before{background:#fff;border:2px solid var(--na);width:9px;height:9px}
 .kpi .l{color:var(--muted);font-size:12.5px}
 .missing{color:var(--bad)}
 footer{max-width:1320px;margin:0 auto;padding:0 28px 40px;color:var(--muted);font-size:12.5px}
+.table-tools{display:flex;justify-content:flex-end;margin:10px 0 -6px}
+.table-tools a.csv{font-size:12px;font-weight:600;text-decoration:none;border:1px solid var(--line);border-radius:6px;
+padding:1px 8px;background:#f9fafb}
+.table-tools a.csv:hover{background:#eef5ff}
+th.sort{cursor:pointer;user-select:none}
+th.sort:after{content:" \\2195";color:#9ca3af;font-weight:400}
+th[aria-sort=ascending]:after{content:" \\25B2";color:var(--accent)}
+th[aria-sort=descending]:after{content:" \\25BC";color:var(--accent)}
+nav.tabbar{position:sticky;top:0;z-index:5;background:#fff;border-bottom:1px solid var(--line);
+box-shadow:0 1px 3px rgba(0,0,0,.05)}
+nav.tabbar .wrap{max-width:1320px;margin:0 auto;padding:0 28px;display:flex;flex-wrap:wrap;gap:2px}
+nav.tabbar a{padding:11px 14px 9px;color:var(--ink);text-decoration:none;font-weight:600;font-size:14px;
+border-bottom:3px solid transparent}
+nav.tabbar a:hover{color:var(--accent)}
+nav.tabbar a.active{color:var(--accent);border-bottom-color:var(--accent)}
+.tab-title{font-size:13px;text-transform:uppercase;letter-spacing:.08em;color:var(--muted);margin:6px 0 10px}
+.js-tabs .tab-title{display:none}
+nav.toc li.toc-tab>a{font-weight:700}
+nav.tabbar~.layout nav.toc{top:62px;max-height:calc(100vh - 78px)}
+nav.tabbar~.layout .card,nav.tabbar~.layout .tab-panel{scroll-margin-top:64px}
+nav.toc li.toc-tab>ol{padding-left:14px}
+.who-yours{font-weight:700;color:#111827}
+.who-ref{color:var(--muted)}
 @media (max-width:900px){.layout{grid-template-columns:1fr}nav.toc{position:static;max-height:none}
 .verdict-topic{grid-template-columns:1fr}}
-@media print{nav.toc{display:none}.layout{display:block}.hero{background:#0b5cad}}
+@media print{nav.toc,nav.tabbar{display:none}.layout{display:block}.hero{background:#0b5cad}
+.tab-panel[hidden]{display:block}}
 """
 
 TEMPLATE = """<!DOCTYPE html>
@@ -565,22 +660,28 @@ TEMPLATE = """<!DOCTYPE html>
 </head>
 <body>
 <header class="hero"><div class="wrap">
-<div class="kicker">PRISM reliability report</div>
+<div class="kicker">{kicker}</div>
 <h1>{title}</h1>
 <p class="meta">{subtitle}</p>
 </div></header>
+{tabbar}
 <div class="layout">
 <nav class="toc" aria-label="Contents"><div class="toc-title">Contents</div><ol>{toc}</ol></nav>
 <main>
 {body}
 </main>
 </div>
-<footer>Written by prism-plugin {version} on {stamp}. Self-contained: every figure is embedded in this file.
-The numbers come from the CSV tables in <code>{tables}</code> (and <code>findings.json</code> there); the Markdown
-twin <code>report.md</code> shows the same content with the figures in <code>figures/</code>.</footer>
+<footer>Written by prism-plugin {version} on {stamp}. {footer}</footer>
+<script>{script}</script>
 </body>
 </html>
 """
 
+DEFAULT_FOOTER = """Self-contained: every figure is embedded in this file.
+The numbers come from the CSV tables in <code>{tables}</code> (and <code>findings.json</code> there); the Markdown
+twin <code>report.md</code> shows the same content with the figures in <code>figures/</code>. Click a table header to
+sort it; the CSV link above a table downloads it."""
+
 __all__ = ["HTML_NAME", "MD_NAME", "build_view", "collect_sections", "compute_summaries", "models_title",
-           "render_html", "render_markdown", "render_sections_md", "summary_options", "write_report", "write_view"]
+           "render_html", "render_markdown", "render_section_html", "render_sections_md", "summary_options",
+           "write_report", "write_sections", "write_view"]

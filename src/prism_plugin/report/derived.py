@@ -19,6 +19,12 @@ the verdict read (not published by PRISM; file names chosen not to clash).
   ``neutral_temperature`` (2 for binary problems under the reference
   ``[-d, d]`` logits, 1 otherwise); ``scaling_helps`` = seed-mean scaled ECE <
   seed-mean raw ECE (False when scaled ≥ raw, NaN-free cells only).
+* test-set uncertainty (when the runs carry the bootstrap plugin's columns): ``<m>_ci_low`` /
+  ``<m>_ci_high`` per :data:`CI_METRICS` = the mean over seeds of the per-run bounds (an
+  approximation of the CI of the seed mean; the report replaces it by the exact interval of the
+  paired replicates where it finds them, ``ci_source`` says which), ``n_test_min_class`` (the
+  smallest test-class count over the seeds) and ``ece_scaling_delta_ci_low`` / ``_high`` (a CI of
+  scaled − raw ECE, :func:`scaling_delta_ci`).
 * ``report_settings`` — one row per (table, model, setting) with the numbers
   the verdict cites (see :data:`SETTINGS_COLUMNS` and :func:`report_settings`).
 * ``fewshot_temperature`` — for transfer runs with few-shot target temperatures
@@ -102,6 +108,17 @@ FEWSHOT_TOLERANCE = 0.02
 TRANSFER_ZONE = 0.85
 
 CELL_ID = ["table", "model", "setting", "fraction"]
+#: The metrics whose per-run test-set bootstrap CI (``<m>_ci_low`` / ``<m>_ci_high``, the bootstrap
+#: metric plugin) the report reads.
+CI_METRICS = ("auroc", "f1_macro", "brier", "nll", "nll_scaled", "ece_fixed", "ece_adaptive", "ece_scaled_fixed",
+              "ece_scaled_adaptive")
+#: Scaled metrics whose per-run CI is after the full-validation T, not the proportional subset's.
+PROPVAL_OTHER_T = ("nll_scaled", "ece_scaled_fixed", "ece_scaled_adaptive")
+#: The per-run column with the smallest class count of the test labels (bootstrap plugin, then the
+#: collapse plugin's older name).
+MIN_CLASS_COLUMNS = ("n_test_min_class", "min_test_class_count")
+#: Fewer test samples than this in the rarest class: a conclusion on the cell rests on few samples.
+FEW_TEST_SAMPLES = 10
 #: report_cells / report_settings column: the setting's shift kind (``label_definition``,
 #: ``covariate``, ``prior``, ``undeclared``; empty in-distribution)
 SETTINGS_COLUMNS = [
@@ -118,6 +135,9 @@ SETTINGS_COLUMNS = [
     "not_converged_runs", "not_converged_cells", "not_converged_fractions",
     "t_bound_cells", "t_bound_fractions", "t_bound_side", "nll_worse_cells", "nll_worse_fractions",
     "shift",
+    "n_test_min_class", "few_test_cells", "auroc_hi_ci_low", "auroc_hi_ci_high",
+    "ece_scaled_fixed_hi_ci_low", "ece_scaled_fixed_hi_ci_high", "transfer_auroc_ci_low", "transfer_auroc_ci_high",
+    "scaling_ci_cells", "scaling_unsure_cells", "scaling_unsure_fractions", "scaling_not_helping_unsure_cells",
 ]
 FEWSHOT_COLUMNS = [
     "table", "model", "setting", "fraction", "k", "n_runs", "temperature_fewshot", "ece_scaled_fewshot",
@@ -200,6 +220,13 @@ def _long(tables: RunTables, bands: tuple[str, ...] = VERDICT_BAND_COLUMNS) -> p
             cols[c] = pd.to_numeric(df[c], errors="coerce") if c in df.columns else nan
         if table == "indomain_propval":  # nll_scaled is after the full-validation T, not this table's
             cols["nll_scaled"] = nan
+        for m in CI_METRICS:  # per-run test-set bootstrap CIs (the bootstrap metric plugin), when present
+            for end in ("ci_low", "ci_high"):
+                c = f"{m}_{end}"
+                scaled_elsewhere = table == "indomain_propval" and m in PROPVAL_OTHER_T
+                cols[c] = pd.to_numeric(df[c], errors="coerce") if c in df.columns and not scaled_elsewhere else nan
+        minc = next((c for c in MIN_CLASS_COLUMNS if c in df.columns), None)
+        cols["n_test_min_class"] = pd.to_numeric(df[minc], errors="coerce") if minc else nan
         for c in ("degenerate", "collapsed", "probe_converged"):
             cols[c] = as_bool(df[c]) if c in df.columns else nan
         for k in fewshot_ks(df):
@@ -233,6 +260,15 @@ def report_cells(tables: RunTables, *, binary_logits: str = "symmetric",
     t = g["temperature"].agg(["mean", "min", "max"])
     for stat in ("mean", "min", "max"):
         cols[f"temperature_{stat}"] = t[stat]
+    for m in CI_METRICS:  # the CI of the seed mean, approximated by the mean of the seeds' bounds
+        for end in ("ci_low", "ci_high"):
+            c = f"{m}_{end}"
+            if c in long and long[c].notna().any():
+                cols[c] = g[c].mean()
+    if any(f"{m}_ci_low" in cols for m in CI_METRICS):
+        cols["ci_source"] = pd.Series("mean of the seeds' intervals", index=cols["n_runs"].index)
+    if long["n_test_min_class"].notna().any():
+        cols["n_test_min_class"] = g["n_test_min_class"].min()
     extra = [c for c in long.columns if c.startswith(("temperature_fewshot_k", "ece_scaled_fewshot_k"))]
     for c in ["temperature_oracle", "ece_scaled_oracle", "degeneracy_share", *extra]:
         if long[c].notna().any():
@@ -251,6 +287,7 @@ def report_cells(tables: RunTables, *, binary_logits: str = "symmetric",
     out["degenerate_runs"] = deg_runs
     out["collapse_signal"] = np.where(use_prev, "prevalence", np.where(deg_runs.notna(), "prism", ""))
     out = out.join(_quality_counts(long, g, t_bounds))
+    out = scaling_delta_ci(out)
     out = out.reset_index()
     order = {t: i for i, (t, *_rest) in enumerate(TABLE_SPECS)}
     out["_t"] = out["table"].map(order)
@@ -258,6 +295,23 @@ def report_cells(tables: RunTables, *, binary_logits: str = "symmetric",
     firsts = {k: i for i, k in enumerate(dict.fromkeys(zip(long["table"], long["model"], long["setting"])))}
     out["_s"] = [firsts[k] for k in zip(out["table"], out["model"], out["setting"])]
     out = out.sort_values(["_t", "_s", "_f"], kind="stable").drop(columns=["_t", "_s", "_f"]).reset_index(drop=True)
+    return out
+
+
+def scaling_delta_ci(cells: pd.DataFrame) -> pd.DataFrame:
+    """``ece_scaling_delta_ci_low`` / ``_high``: a CI of (scaled − raw) seed-mean ECE per cell, and
+    ``ece_scaling_delta_ci_source``. Without the paired bootstrap replicates (the report puts the
+    exact paired interval in, :mod:`prism_plugin.report.uncertainty`) it is the conservative
+    [scaled low − raw high, scaled high − raw low]: it includes zero whenever the two intervals
+    overlap. NaN where either interval is missing."""
+    cols = ("ece_fixed_ci_low", "ece_fixed_ci_high", "ece_scaled_fixed_ci_low", "ece_scaled_fixed_ci_high")
+    if not all(c in cells for c in cols):
+        return cells
+    out = cells.copy()
+    out["ece_scaling_delta_ci_low"] = out["ece_scaled_fixed_ci_low"] - out["ece_fixed_ci_high"]
+    out["ece_scaling_delta_ci_high"] = out["ece_scaled_fixed_ci_high"] - out["ece_fixed_ci_low"]
+    has = out["ece_scaling_delta_ci_low"].notna() & out["ece_scaling_delta_ci_high"].notna()
+    out["ece_scaling_delta_ci_source"] = np.where(has, "interval overlap", "")
     return out
 
 
@@ -386,6 +440,7 @@ def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None,
         })
         row.update(_quality_settings(g))
         row["shift"] = str(lo["shift"]) if "shift" in g.columns and pd.notna(lo["shift"]) else ""
+        row.update(_uncertainty_settings(g, transfer))
         if fewshot is not None and not fewshot.empty and transfer:
             fs = fewshot.loc[(fewshot["table"] == table) & (fewshot["model"] == model) & (fewshot["setting"] == setting)]
             if not fs.empty:
@@ -397,6 +452,46 @@ def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None,
                 row["fewshot_fractions_not_within"] = int((~per_f).sum())
         rows.append(row)
     out = pd.DataFrame(rows, columns=columns)
+    return out
+
+
+def _col(g: pd.DataFrame, column: str) -> pd.Series:
+    return pd.to_numeric(g[column], errors="coerce") if column in g.columns else pd.Series(np.nan, index=g.index)
+
+
+def _uncertainty_settings(g: pd.DataFrame, transfer: bool) -> dict[str, Any]:
+    """The uncertainty columns of one setting (NaN when the runs carry no test-set CI):
+    ``n_test_min_class`` (smallest test class count over its cells), ``few_test_cells`` (cells
+    below :data:`FEW_TEST_SAMPLES`), the CI of AUROC / scaled ECE at the largest fraction, of
+    ``transfer_auroc`` (mean over fractions of the cells' bounds), ``scaling_ci_cells`` (cells with
+    a CI of scaled − raw ECE), ``scaling_unsure_cells`` / ``_fractions`` (cells where scaling lowered
+    the seed-mean ECE but that CI includes zero) and ``scaling_not_helping_unsure_cells`` (cells
+    where it did not, with a CI including zero)."""
+    hi = g.iloc[-1]
+    out: dict[str, Any] = {}
+    n = _col(g, "n_test_min_class")
+    out["n_test_min_class"] = float(n.min()) if n.notna().any() else np.nan
+    out["few_test_cells"] = float(((n < FEW_TEST_SAMPLES) & (n > 0)).sum()) if n.notna().any() else np.nan
+    for m in ("auroc", "ece_scaled_fixed"):
+        for end in ("ci_low", "ci_high"):
+            v = hi.get(f"{m}_{end}", np.nan)
+            out[f"{m}_hi_{end}"] = float(v) if pd.notna(v) else np.nan
+    for end in ("ci_low", "ci_high"):
+        v = _col(g, f"auroc_{end}")
+        out[f"transfer_auroc_{end}"] = float(v.mean()) if transfer and v.notna().all() and len(v) else np.nan
+    lo_d, hi_d = _col(g, "ece_scaling_delta_ci_low"), _col(g, "ece_scaling_delta_ci_high")
+    both = lo_d.notna() & hi_d.notna() & _col(g, "ece_fixed_mean").notna() & _col(g, "ece_scaled_fixed_mean").notna()
+    if not both.any():
+        out.update({"scaling_ci_cells": np.nan, "scaling_unsure_cells": np.nan, "scaling_unsure_fractions": "",
+                    "scaling_not_helping_unsure_cells": np.nan})
+        return out
+    gap = _col(g, "ece_scaled_fixed_mean") - _col(g, "ece_fixed_mean")
+    straddles = both & (lo_d <= 0) & (hi_d >= 0)
+    unsure = straddles & (gap < 0)
+    out["scaling_ci_cells"] = float(both.sum())
+    out["scaling_unsure_cells"] = float(unsure.sum())
+    out["scaling_unsure_fractions"] = _fmt_fracs(g.loc[unsure, "fraction"])
+    out["scaling_not_helping_unsure_cells"] = float((straddles & (gap >= 0)).sum())
     return out
 
 

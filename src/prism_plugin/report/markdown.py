@@ -12,13 +12,23 @@ block quotes, horizontal rules and the inline forms ``code``, **bold**,
 *italic*, [links](url) and ![images](src). Everything else is escaped text,
 so a section can never inject markup. Images are resolved through a callback
 (the report embeds figures as base64 data URIs).
+
+Every HTML table is ``<table class="sortable">`` (the page's :data:`TABLE_SCRIPT` sorts it by a
+click on a header; without JavaScript it is a plain table) and comes with a ``CSV`` link: a
+``data:text/csv`` URI of the table's cell texts (inline Markdown reduced to its text), so each
+table can be downloaded from a self-contained page. :func:`add_table_tools` gives tables written
+as raw HTML (a section's ``html``) the same link and class.
 """
 
 from __future__ import annotations
 
+import csv
 import html
+import io
 import math
 import re
+from html.parser import HTMLParser
+from urllib.parse import quote
 from typing import Any, Callable, Iterable, Mapping
 
 _TABLE_SEP = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
@@ -136,11 +146,13 @@ def _numeric(text: str) -> bool:
     return bool(re.match(r"^[−+-]?\d[\d,]*(\.\d+)?(e[−+-]?\d+)?\s*%?$", text.strip(), re.I))
 
 
-def to_html(md: str, image: Callable[[str, str], str] | None = None) -> str:
-    """Convert a Markdown body to an HTML fragment."""
+def to_html(md: str, image: Callable[[str, str], str] | None = None, table_name: str = "table") -> str:
+    """Convert a Markdown body to an HTML fragment; ``table_name``: the download name of its
+    tables' CSV links (``<table_name>.csv``, then ``<table_name>-2.csv``, ...)."""
     lines = md.replace("\r\n", "\n").split("\n")
     out: list[str] = []
     para: list[str] = []
+    n_tables = [0]
     i = 0
 
     def flush_para() -> None:
@@ -186,7 +198,8 @@ def to_html(md: str, image: Callable[[str, str], str] | None = None) -> str:
             while j < len(lines) and lines[j].strip() and "|" in lines[j]:
                 body.append(_cells(lines[j]))
                 j += 1
-            out.append(_table(header, body, align, image))
+            n_tables[0] += 1
+            out.append(_table(header, body, align, image, _download_name(table_name, n_tables[0])))
             i = j
             continue
         if stripped.startswith(">"):
@@ -195,7 +208,7 @@ def to_html(md: str, image: Callable[[str, str], str] | None = None) -> str:
             while i < len(lines) and lines[i].strip().startswith(">"):
                 quote.append(lines[i].strip()[1:].lstrip())
                 i += 1
-            out.append("<blockquote>" + to_html("\n".join(quote), image) + "</blockquote>")
+            out.append("<blockquote>" + to_html("\n".join(quote), image, f"{table_name}-quote") + "</blockquote>")
             continue
         for pattern, tag in ((_BULLET, "ul"), (_NUMBERED, "ol")):
             if pattern.match(line):
@@ -220,7 +233,7 @@ def to_html(md: str, image: Callable[[str, str], str] | None = None) -> str:
     return "\n".join(out)
 
 
-def _table(header: list[str], body: list[list[str]], align: list[str], image) -> str:
+def _table(header: list[str], body: list[list[str]], align: list[str], image, name: str = "table") -> str:
     n = len(header)
 
     def style(k: int, text: str) -> str:
@@ -230,11 +243,153 @@ def _table(header: list[str], body: list[list[str]], align: list[str], image) ->
     rows = ["<thead><tr>" + "".join(f"<th{style(k, '')}>{inline(h, image)}</th>" for k, h in enumerate(header))
             + "</tr></thead>"]
     trs = []
+    padded = []
     for r in body:
         r = (r + [""] * n)[:n]
+        padded.append(r)
         trs.append("<tr>" + "".join(f"<td{style(k, c)}>{inline(c, image)}</td>" for k, c in enumerate(r)) + "</tr>")
     rows.append("<tbody>" + "".join(trs) + "</tbody>")
-    return '<div class="table-wrap"><table>' + "".join(rows) + "</table></div>"
+    csv_text = csv_of([plain(h) for h in header], [[plain(c) for c in r] for r in padded])
+    return (_tools(csv_text, name) + '<div class="table-wrap"><table class="sortable">' + "".join(rows)
+            + "</table></div>")
 
 
-__all__ = ["escape_cell", "fmt", "inline", "markdown_table", "pipe_table", "to_html"]
+# --------------------------------------------------------------------------- tables: CSV and sorting
+def plain(text: str) -> str:
+    """The text a reader sees of one line of inline Markdown (``code``, **bold**, links, images reduced
+    to their text; ``\\|`` unescaped): what a table cell holds in its CSV download."""
+    out = []
+    pos = 0
+    for m in _INLINE.finditer(text):
+        out.append(text[pos:m.start()])
+        tok = m.group(0)
+        if m.group("code"):
+            out.append(tok[1:-1])
+        elif m.group("img"):
+            out.append(re.match(r"!\[([^\]]*)\]", tok).group(1))
+        elif m.group("link"):
+            out.append(plain(re.match(r"\[([^\]]+)\]", tok).group(1)))
+        elif m.group("bold"):
+            out.append(plain(tok[2:-2]))
+        else:
+            out.append(plain(tok[1:-1]))
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def csv_of(header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> str:
+    """RFC 4180 CSV text (``csv`` module quoting; ``\\n`` line ends) of a header and rows of cell texts."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([str(h) for h in header])
+    for r in rows:
+        w.writerow([str(c) for c in r])
+    return buf.getvalue()
+
+
+def csv_data_uri(csv_text: str) -> str:
+    """A ``data:text/csv`` URI of ``csv_text`` (UTF-8, every reserved byte percent-encoded: safe in an
+    HTML attribute)."""
+    return "data:text/csv;charset=utf-8," + quote(csv_text, safe="")
+
+
+def _download_name(base: str, k: int) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(base)).strip("-") or "table"
+    return slug if k == 1 else f"{slug}-{k}"
+
+
+def _tools(csv_text: str, name: str) -> str:
+    return (f'<div class="table-tools"><a class="csv" download="{html.escape(name, quote=True)}.csv" '
+            f'href="{csv_data_uri(csv_text)}" title="download this table as CSV">CSV</a></div>')
+
+
+class _TableText(HTMLParser):
+    """The cell texts of one HTML table, row by row (header row included)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.rows: list[list[str]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            if not self.rows:
+                self.rows.append([])
+            self.rows[-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+_RAW_TABLE = re.compile(r"<table(?![^>]*\bsortable\b)(?P<attrs>[^>]*)>(?P<inner>.*?)</table>", re.S | re.I)
+
+
+def add_table_tools(fragment: str, table_name: str = "table") -> str:
+    """Give every table of an HTML fragment that is not yet sortable (raw HTML of a section) the
+    ``sortable`` class and a CSV link of its cell texts; tables written by :func:`to_html` are kept."""
+    k = [0]
+
+    def repl(m: re.Match) -> str:
+        k[0] += 1
+        parser = _TableText()
+        parser.feed(m.group(0))
+        parser.close()
+        rows = [r for r in parser.rows if r]
+        attrs = m.group("attrs")
+        if re.search(r'\bclass="', attrs):
+            attrs = re.sub(r'\bclass="', 'class="sortable ', attrs, count=1)
+        else:
+            attrs = ' class="sortable"' + attrs
+        table = f"<table{attrs}>{m.group('inner')}</table>"
+        if not rows:
+            return table
+        return _tools(csv_of(rows[0], rows[1:]), _download_name(f"{table_name}-html", k[0])) + table
+
+    return _RAW_TABLE.sub(repl, fragment)
+
+
+#: The page's one script (inline, no external assets): click (or Enter on) a header of a
+#: ``table.sortable`` to sort its rows, numbers by value (``1,234``, ``0.95 ± 0.01``, ``25 %``,
+#: ``−0.2``), text alphabetically, empty/``–`` cells last; and, where the page has a ``.tabbar``,
+#: show one ``.tab-panel`` at a time. Without JavaScript every table is static and every panel shown.
+TABLE_SCRIPT = r"""
+(function(){
+function key(t){t=(t||"").trim().replace(/\u2212/g,"-");if(t===""||t==="\u2013"||t==="-")return null;
+var m=t.match(/^[-+]?\d[\d,]*(\.\d+)?(e[-+]?\d+)?/i);
+if(m&&!/^[A-Za-z_]/.test(t.slice(m[0].length)))return parseFloat(m[0].replace(/,/g,""));return t.toLowerCase();}
+function cmp(a,b){if(a===null||b===null)return a===b?0:(a===null?1:-1);
+var na=typeof a==="number",nb=typeof b==="number";if(na!==nb)return na?-1:1;return a<b?-1:a>b?1:0;}
+function sortBy(tb,i,th){var asc=th.getAttribute("aria-sort")!=="ascending",body=tb.tBodies[0];if(!body)return;
+Array.prototype.forEach.call(th.parentNode.cells,function(c){c.removeAttribute("aria-sort");});
+th.setAttribute("aria-sort",asc?"ascending":"descending");
+var rows=Array.prototype.map.call(body.rows,function(r,j){var c=r.cells[i];return[key(c?c.textContent:""),j,r];});
+rows.sort(function(a,b){var k=cmp(a[0],b[0]);if(a[0]!==null&&b[0]!==null&&!asc)k=-k;return k||a[1]-b[1];});
+rows.forEach(function(r){body.appendChild(r[2]);});}
+document.querySelectorAll("table.sortable").forEach(function(tb){if(!tb.tHead)return;
+Array.prototype.forEach.call(tb.tHead.rows[0].cells,function(th,i){th.tabIndex=0;th.title="click to sort";
+th.classList.add("sort");th.addEventListener("click",function(){sortBy(tb,i,th);});
+th.addEventListener("keydown",function(e){if(e.key==="Enter"||e.key===" "){e.preventDefault();sortBy(tb,i,th);}});});});
+var bar=document.querySelector(".tabbar");if(!bar)return;
+var tabs=Array.prototype.slice.call(bar.querySelectorAll("a[href^='#']"));
+function show(id){var hit=false;tabs.forEach(function(a){var on=a.getAttribute("href")==="#"+id;hit=hit||on;
+a.classList.toggle("active",on);a.setAttribute("aria-selected",on?"true":"false");});if(!hit)return false;
+document.querySelectorAll(".tab-panel").forEach(function(p){p.hidden=p.id!==id;});return true;}
+function route(){var h=decodeURIComponent(location.hash.slice(1)),el=h&&document.getElementById(h);
+var p=el&&(el.classList.contains("tab-panel")?el:el.closest(".tab-panel"));
+if(!show(p?p.id:tabs[0].getAttribute("href").slice(1)))return;if(el&&el!==p&&el.scrollIntoView)el.scrollIntoView();}
+document.body.classList.add("js-tabs");window.addEventListener("hashchange",route);route();
+})();
+"""
+
+
+__all__ = ["TABLE_SCRIPT", "add_table_tools", "csv_data_uri", "csv_of", "escape_cell", "fmt", "inline",
+           "markdown_table", "pipe_table", "plain", "to_html"]

@@ -23,7 +23,7 @@ from prism_plugin.results import AGGREGATORS
 
 STEM = "metric_cells"
 METRIC_CELLS_COLUMNS = ["table", "model", "setting", "fraction", "metric", "display", "direction", "aggregation",
-                        "origin", "n_runs", "value", "std"]
+                        "origin", "n_runs", "value", "std", "ci_low", "ci_high"]
 MAX_ROWS = 80
 SETTING_KEYS = ("dataset", "pair", "hospital")
 
@@ -74,6 +74,9 @@ def metric_cells(run_tables, described: Iterable[Any]) -> pd.DataFrame:
                               "fraction": pd.to_numeric(df["fraction"], errors="coerce").round(9).to_numpy()})
         for c, (_d, vals) in cols.items():
             frame[c] = vals.to_numpy()
+            for end in ("ci_low", "ci_high"):  # the bootstrap plugin's per-run test-set CI, when present
+                if f"{c}_{end}" in df.columns:
+                    frame[f"{c}_{end}"] = pd.to_numeric(df[f"{c}_{end}"], errors="coerce").to_numpy()
         first_seen = {k: i for i, k in enumerate(dict.fromkeys(zip(frame["model"], frame["setting"])))}
         g = frame.groupby(["model", "setting", "fraction"], sort=False)
         size = g.size()
@@ -83,7 +86,9 @@ def metric_cells(run_tables, described: Iterable[Any]) -> pd.DataFrame:
             col = g[c]
             value = AGGREGATORS[how](col)
             std = col.std(ddof=1).where(size > 1) if how == "mean" else pd.Series(np.nan, index=size.index)
-            part = pd.DataFrame({"n_runs": col.count(), "value": value, "std": std}).reset_index()
+            ci = {end: (g[f"{c}_{end}"].mean() if f"{c}_{end}" in frame and how == "mean"
+                        else pd.Series(np.nan, index=size.index)) for end in ("ci_low", "ci_high")}
+            part = pd.DataFrame({"n_runs": col.count(), "value": value, "std": std, **ci}).reset_index()
             part = part.loc[part["n_runs"] > 0]
             part.insert(0, "table", table)
             part.insert(4, "metric", c)
@@ -100,11 +105,14 @@ def metric_cells(run_tables, described: Iterable[Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=METRIC_CELLS_COLUMNS)
 
 
-def _cell(value: float, std: float, fmt: str) -> str:
+def _cell(value: float, std: float, fmt: str, lo: float = np.nan, hi: float = np.nan) -> str:
     if value is None or not np.isfinite(value):
         return "–"
     text = format(value, fmt)
-    return f"{text} ± {format(std, fmt)}" if std is not None and np.isfinite(std) else text
+    text = f"{text} ± {format(std, fmt)}" if std is not None and np.isfinite(std) else text
+    if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
+        text += f" [{format(lo, fmt)}, {format(hi, fmt)}]"
+    return text
 
 
 def _stat(how: str) -> str:
@@ -126,6 +134,9 @@ def metric_section(cells: pd.DataFrame | None, described: Iterable[Any]) -> Repo
     third = sorted({m for m in cells["metric"] if not info[m].builtin})
     intro = ("Every metric column with a description (`register_metrics`) that these runs hold, aggregated over "
              "seeds as its description says (`metric_cells.csv`). ↑: higher is better, ↓: lower is better.")
+    if "ci_low" in cells and cells["ci_low"].notna().any():
+        intro += (" In brackets: the test-set bootstrap CI of the seed mean (the mean of the seeds' intervals, "
+                  "from the bootstrap plugin's `<metric>_ci_low` / `_ci_high` columns).")
     if third:
         intro += " From plugins: " + ", ".join(f"`{m}` ({info[m].origin})" for m in third) + "."
     if len(groups) > MAX_ROWS:
@@ -135,7 +146,8 @@ def metric_section(cells: pd.DataFrame | None, described: Iterable[Any]) -> Repo
     rows = []
     for (table, model, setting, metric), g in groups:
         d = info[metric]  # every row of the table comes from a description
-        by_f = {float(r.fraction): _cell(r.value, r.std, d.info.fmt) for r in g.itertuples(index=False)}
+        by_f = {float(r.fraction): _cell(r.value, r.std, d.info.fmt, getattr(r, "ci_low", np.nan),
+                                         getattr(r, "ci_high", np.nan)) for r in g.itertuples(index=False)}
         rows.append([TABLE_LABELS.get(table, table), model, setting_label(setting), d.info.titled,
                      _stat(str(g["aggregation"].iloc[0]))] + [by_f.get(float(f), "–") for f in fractions])
     sec.body = intro + "\n\n" + pipe_table(header, rows)

@@ -27,6 +27,21 @@ RAW = "#D55E00"
 SCALED = "#0072B2"
 DPI = 130
 MAX_PANELS = 24
+#: The width (CSS px) of the HTML report's content column a figure is shown in (report/build.py:
+#: 1320 px page, 250 px contents column, gaps, card padding). A wider PNG is scaled down to it.
+REPORT_COLUMN_PX = 936
+#: The smallest font, in points at the size the figure is displayed in the report column.
+MIN_DISPLAY_PT = 9.0
+#: The widest figure (inches) whose 8.5 pt labels still show at >= 9 pt in the report column;
+#: panel grids wrap to more rows rather than grow wider.
+MAX_FIGURE_WIDTH_IN = 9.2
+#: The smallest font size (pt) this module sets; every figure up to MAX_FIGURE_WIDTH_IN wide shows it
+#: at >= MIN_DISPLAY_PT, wider ones get their small texts enlarged (:func:`ensure_min_font`).
+MIN_FONT_PT = 8.5
+#: Space (inches) between the lowest axis label and the legend below it.
+LEGEND_GAP_IN = 0.12
+#: White margin (inches) kept around a report figure's content when it is cropped.
+CROP_PAD_IN = 0.08
 
 
 def available() -> bool:
@@ -60,7 +75,69 @@ def figure(width: float, height: float):
 def png(fig, *, tight: bool = False) -> bytes:
     """The figure as PNG bytes (``tight``: crop to the drawn content, ``bbox_inches="tight"``)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, **({"bbox_inches": "tight"} if tight else {}))
+    fig.savefig(buf, format="png", dpi=DPI, **({"bbox_inches": "tight", "pad_inches": 0.08} if tight else {}))
+    return buf.getvalue()
+
+
+def display_scale(width_in: float) -> float:
+    """How much the report column shrinks a figure ``width_in`` inches wide (1: shown at its size)."""
+    return min(1.0, REPORT_COLUMN_PX / (DPI * float(width_in)))
+
+
+def displayed_pt(size_pt: float, width_in: float) -> float:
+    """The size (CSS points) a ``size_pt`` font of a ``width_in``-inch figure has in the report
+    column: PNG pixels are CSS pixels (0.75 pt each) until the column scales the image down."""
+    return float(size_pt) * DPI / 72.0 * 0.75 * display_scale(width_in)
+
+
+def ensure_min_font(fig, min_pt: float = MIN_DISPLAY_PT) -> None:
+    """Enlarge every text of ``fig`` that would show below ``min_pt`` in the report column."""
+    width = fig.get_size_inches()[0]
+    if getattr(fig, "_prism_min_font", None) == (width, min_pt):
+        return  # already checked at this width (texts added since then are legend texts at 8.5 pt)
+    if min_pt == MIN_DISPLAY_PT and displayed_pt(MIN_FONT_PT, width) >= min_pt:
+        return  # no text of this module is below MIN_FONT_PT: legible by construction (and cheap)
+    factor = displayed_pt(1.0, width)
+    floor = min_pt / factor
+    for t in _texts(fig):
+        if t.get_text() and t.get_fontsize() < floor - 1e-9:
+            t.set_fontsize(floor)
+    fig._prism_min_font = (width, min_pt)
+
+
+def _texts(fig) -> list:
+    """Every text of a report figure (titles, labels, tick labels, annotations, legends), without
+    walking every artist (``findobj`` visits the hundreds of lines and patches too)."""
+    out = list(fig.texts)
+    if getattr(fig, "_suptitle", None) is not None:
+        out.append(fig._suptitle)
+    legends = list(fig.legends)
+    for ax in fig.axes:
+        out += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label, *ax.texts]
+        out += [*ax.xaxis.get_majorticklabels(), *ax.yaxis.get_majorticklabels()]
+        if ax.get_legend() is not None:
+            legends.append(ax.get_legend())
+    for leg in legends:
+        out += [leg.get_title(), *leg.get_texts()]
+    return out
+
+
+def _report_png(fig) -> bytes:
+    """A report figure: fonts legible in the report column, cropped to its content (the white
+    margins the fixed layout reserved and did not use) with a small pad. One draw pass (cheaper
+    than ``bbox_inches="tight"``, which draws twice)."""
+    from matplotlib.image import imsave
+
+    ensure_min_font(fig)
+    fig.canvas.draw()
+    img = np.asarray(fig.canvas.buffer_rgba())
+    ink = (img[..., :3] < 250).any(axis=2)
+    rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
+    if rows.size and cols.size:
+        pad = int(round(CROP_PAD_IN * DPI))
+        img = img[max(0, rows[0] - pad):rows[-1] + pad + 1, max(0, cols[0] - pad):cols[-1] + pad + 1]
+    buf = io.BytesIO()
+    imsave(buf, np.ascontiguousarray(img), format="png", dpi=DPI)
     return buf.getvalue()
 
 
@@ -72,7 +149,8 @@ def style():
 
 
 # the former private names, used throughout this module
-_figure, _png, _style = figure, png, style
+_figure, _style = figure, style
+_png = _report_png
 
 
 def model_colors(models: Iterable[str]) -> dict[str, str]:
@@ -121,7 +199,7 @@ class _Grid:
         self.n = n
         if n == 1:
             panel_w = max(panel_w, 5.2)
-        self.cols = min(max_cols, max(1, n))
+        self.cols = min(max_cols, max(1, n), fitting_columns(panel_w, left + right, wgap))
         self.rows = int(math.ceil(n / self.cols))
         top = top + (0.3 if title else 0.0)
         self.W = left + self.cols * panel_w + (self.cols - 1) * wgap + right
@@ -143,6 +221,11 @@ class _Grid:
 
     def legend(self, handles, labels, title: str | None = None) -> None:
         _legend(self.fig, handles, labels, self.W, title=title)
+
+
+def fitting_columns(panel_w: float, margins: float, gap: float, width: float = MAX_FIGURE_WIDTH_IN) -> int:
+    """How many panels ``panel_w`` inches wide fit side by side in a figure of at most ``width``."""
+    return max(1, int((width - margins + gap) // (panel_w + gap)))
 
 
 def legend_rows(labels: Sequence[str], width: float, title: "bool | str" = False) -> int:
@@ -169,9 +252,19 @@ def _legend(fig, handles, labels, width: float, title: str | None = None) -> Non
         import textwrap
 
         title = "\n".join(textwrap.wrap(title, max(30, int((width - 0.3) / 0.066))))
-    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=_ncol(labels, width),
+    # right below the lowest drawn axes (tick labels and axis label included), whatever the margins
+    # reserved for it: the figure is cropped to its content when saved (no gap above the legend)
+    ensure_min_font(fig)  # final font sizes before measuring
+    renderer = fig.canvas.get_renderer()
+    shown = [ax for ax in fig.axes if ax.get_visible()]
+    lowest = min((ax.get_position().y0 for ax in shown), default=0.0)
+    bottom_row = [ax for ax in shown if ax.get_position().y0 <= lowest + 1e-6]  # only they reach lowest
+    boxes = [ax.get_tightbbox(renderer) for ax in bottom_row]
+    bottom = min((b.y0 for b in boxes if b is not None), default=0.0) / fig.bbox.height
+    y = bottom - LEGEND_GAP_IN / fig.get_size_inches()[1]
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, y), ncol=_ncol(labels, width),
                title=title, title_fontsize=8.5, fontsize=8.5, handlelength=2.2, columnspacing=1.4,
-               borderaxespad=0.3)
+               borderaxespad=0.0)
 
 
 def _band(ax, x, lo, hi, color) -> None:
@@ -182,6 +275,59 @@ def _band(ax, x, lo, hi, color) -> None:
         ax.fill_between(np.asarray(x)[ok], lo[ok], hi[ok], color=color, alpha=0.16, linewidth=0)
 
 
+def data_ylim(values: Iterable[Any], bounds: tuple[float, float] = (0.0, 1.0), *, pad: float = 0.08,
+              min_span: float = 0.04, include: Iterable[float] = ()) -> tuple[float, float]:
+    """Y limits fitted to ``values`` (and ``include``) with ``pad`` of the span on each side, at
+    least ``min_span`` wide, never beyond ``bounds`` (e.g. AUROC curves that all sit near 1 are
+    spread over the axis instead of merging at the top of a fixed 0–1 axis)."""
+    parts = [np.asarray(v, dtype=float).ravel() for v in values]
+    v = np.concatenate(parts + [np.asarray(list(include), dtype=float)]) if parts else np.asarray(list(include), float)
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return float(bounds[0]), float(bounds[1])
+    lo, hi = float(v.min()), float(v.max())
+    span = max(hi - lo, min_span)
+    mid = (lo + hi) / 2
+    lo, hi = min(lo, mid - span / 2) - pad * span, max(hi, mid + span / 2) + pad * span
+    if hi > bounds[1]:  # keep the span: shift down from the upper bound
+        lo, hi = lo - (hi - bounds[1]), float(bounds[1])
+    if lo < bounds[0]:
+        lo, hi = float(bounds[0]), min(float(bounds[1]), hi + (bounds[0] - lo))
+    return lo, hi
+
+
+def _ci_bars(ax, x, grp: pd.DataFrame, metric: str, color: str, dx: float = 0.0, y=None) -> bool:
+    """Error bars of the test-set bootstrap CI of the seed mean (``<metric>_ci_low`` /
+    ``<metric>_ci_high`` of report_cells); False when the cells have none."""
+    lo_c, hi_c = f"{metric}_ci_low", f"{metric}_ci_high"
+    if lo_c not in grp or hi_c not in grp:
+        return False
+    lo = grp[lo_c].to_numpy(dtype=float)
+    hi = grp[hi_c].to_numpy(dtype=float)
+    mid = grp[f"{metric}_mean"].to_numpy(dtype=float) if y is None else np.asarray(y, dtype=float)
+    ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(mid)
+    if not ok.any():
+        return False
+    xs = np.asarray(x, dtype=float)[ok] + dx
+    err = np.vstack([np.clip(mid[ok] - lo[ok], 0, None), np.clip(hi[ok] - mid[ok], 0, None)])
+    ax.errorbar(xs, mid[ok], yerr=err, fmt="none", ecolor=color, elinewidth=1.1, capsize=2.5, capthick=1.0,
+                alpha=0.9, zorder=4, clip_on=False)
+    return True
+
+
+def _ci_values(grp: pd.DataFrame, metric: str) -> list[np.ndarray]:
+    return [grp[c].to_numpy(dtype=float) for c in (f"{metric}_mean", f"{metric}_min", f"{metric}_max",
+                                                   f"{metric}_ci_low", f"{metric}_ci_high") if c in grp]
+
+
+#: what the error bars are, in legends (the level is added where known)
+CI_WORDS = "test-set bootstrap CI of the seed mean"
+
+
+def ci_legend(level: float | None = None) -> str:
+    return f"bars: {round(100 * level, 6):g} % {CI_WORDS}" if level else f"bars: {CI_WORDS}"
+
+
 # --------------------------------------------------------------------------- curves vs fraction
 def _model_handles(colors: dict[str, str]):
     from matplotlib.lines import Line2D
@@ -189,32 +335,49 @@ def _model_handles(colors: dict[str, str]):
     return [Line2D([], [], color=c, lw=2, marker="o", ms=4) for c in colors.values()], list(colors)
 
 
+def has_ci(cells: pd.DataFrame | None, metrics: Iterable[str]) -> bool:
+    """Whether ``cells`` carry a finite test-set CI (``<m>_ci_low``/``_high``) for any of ``metrics``."""
+    if cells is None:
+        return False
+    return any(f"{m}_ci_low" in cells and f"{m}_ci_high" in cells and cells[f"{m}_ci_low"].notna().any()
+               for m in metrics)
+
+
 def metric_curves(cells: pd.DataFrame, panels: Sequence[tuple[str, str, str]], *, title: str = "",
-                  ylim: tuple[float, float] | None = None, max_cols: int = 3) -> bytes:
-    """Seed-mean curves with min–max seed bands.
+                  ylim: tuple[float, float] | None = None, bounds: tuple[float, float] | None = None,
+                  max_cols: int = 3, ci_level: float | None = None) -> bytes:
+    """Seed-mean curves with min–max seed bands and, where the cells carry them, error bars of
+    the test-set bootstrap CI of the seed mean (``<metric>_ci_low`` / ``_ci_high``).
 
     ``panels`` = [(setting, metric, y label)]; ``cells`` = the report_cells rows
-    of one table. One line per model, colours shared across panels.
+    of one table. One line per model, colours shared across panels. ``ylim``: fixed limits;
+    ``bounds``: limits fitted to the data of each panel (:func:`data_ylim`), never beyond them.
     """
     colors = model_colors(cells["model"])
     panels = list(panels)[:MAX_PANELS]
     handles, labels = _model_handles(colors)
-    ltitle = "line: seed mean · band: min–max over seeds"
+    with_ci = has_ci(cells, {m for _s, m, _l in panels})
+    ltitle = "line: seed mean · band: min–max over seeds" + (f" · {ci_legend(ci_level)}" if with_ci else "")
     with _style():
         g = _Grid(len(panels), max_cols, legend=labels, legend_title=ltitle, title=bool(title))
         for ax, (setting, metric, ylabel) in zip(g.axes, panels):
             sub = cells.loc[cells["setting"] == setting]
+            values = []
             for model, grp in sub.groupby("model", sort=False):
                 grp = grp.sort_values("fraction")
                 x = lx(grp["fraction"])
                 c = colors[model]
-                ax.plot(x, grp[f"{metric}_mean"], marker="o", ms=3.5, lw=1.8, color=c)
+                ax.plot(x, grp[f"{metric}_mean"], marker="o", ms=3.5, lw=1.8, color=c, clip_on=False)
                 _band(ax, x, grp[f"{metric}_min"], grp[f"{metric}_max"], c)
+                _ci_bars(ax, x, grp, metric, c)
+                values += _ci_values(grp, metric)
             _fraction_axis(ax, sub["fraction"])
             ax.set_ylabel(ylabel)
             ax.set_title(str(setting).replace("->", " → "))
             if ylim:
                 ax.set_ylim(*ylim)
+            elif bounds:
+                ax.set_ylim(*data_ylim(values, bounds))
         if title:
             g.title(title)
         g.legend(handles, labels, title=ltitle)
@@ -222,8 +385,9 @@ def metric_curves(cells: pd.DataFrame, panels: Sequence[tuple[str, str, str]], *
 
 
 def ece_curves(cells: pd.DataFrame, settings: Sequence[str], *, scaled_label: str = "after temperature scaling",
-               max_cols: int = 3, title: str = "") -> bytes:
-    """Raw (solid) and temperature-scaled (dashed) ECE vs label fraction, one panel per setting."""
+               max_cols: int = 3, title: str = "", ci_level: float | None = None) -> bytes:
+    """Raw (solid) and temperature-scaled (dashed) ECE vs label fraction, one panel per setting;
+    error bars: the test-set bootstrap CI of the seed mean where the cells carry it."""
     from matplotlib.lines import Line2D
 
     colors = model_colors(cells["model"])
@@ -232,7 +396,8 @@ def ece_curves(cells: pd.DataFrame, settings: Sequence[str], *, scaled_label: st
     handles += [Line2D([], [], color=MUTED, lw=1.8, marker="o", ms=4),
                 Line2D([], [], color=MUTED, lw=1.6, ls="--", marker="s", ms=3.5)]
     labels += ["raw probabilities", scaled_label]
-    ltitle = "band: min–max over seeds"
+    with_ci = has_ci(cells, ("ece_fixed", "ece_scaled_fixed"))
+    ltitle = "band: min–max over seeds" + (f" · {ci_legend(ci_level)}" if with_ci else "")
     with _style():
         g = _Grid(len(settings), max_cols, legend=labels, legend_title=ltitle, title=bool(title))
         for ax, setting in zip(g.axes, settings):
@@ -241,10 +406,12 @@ def ece_curves(cells: pd.DataFrame, settings: Sequence[str], *, scaled_label: st
                 grp = grp.sort_values("fraction")
                 x = lx(grp["fraction"])
                 c = colors[model]
-                ax.plot(x, grp["ece_fixed_mean"], marker="o", ms=3.5, lw=1.8, color=c)
+                ax.plot(x, grp["ece_fixed_mean"], marker="o", ms=3.5, lw=1.8, color=c, clip_on=False)
                 _band(ax, x, grp["ece_fixed_min"], grp["ece_fixed_max"], c)
-                ax.plot(x, grp["ece_scaled_fixed_mean"], marker="s", ms=3.2, lw=1.6, ls="--", color=c)
+                ax.plot(x, grp["ece_scaled_fixed_mean"], marker="s", ms=3.2, lw=1.6, ls="--", color=c, clip_on=False)
                 _band(ax, x, grp["ece_scaled_fixed_min"], grp["ece_scaled_fixed_max"], c)
+                _ci_bars(ax, x, grp, "ece_fixed", c, dx=-0.025)
+                _ci_bars(ax, x, grp, "ece_scaled_fixed", c, dx=0.025)
             _fraction_axis(ax, sub["fraction"])
             ax.set_ylabel("ECE (15 fixed bins)")
             ax.set_ylim(bottom=0)
@@ -289,7 +456,7 @@ def temperature_curves(cells: pd.DataFrame, settings: Sequence[str], *, max_cols
             ax.axhspan(np.log10(bounds[1]), np.log10(hi), color="#eceff3", lw=0)
             ax.axhline(np.log10(neutral), color=INK, lw=1.1, ls=":")
             ax.text(0.98, np.log10(neutral), f"neutral T = {neutral:g}", transform=ax.get_yaxis_transform(),
-                    va="bottom", ha="right", fontsize=7.8, color=INK, zorder=5,
+                    va="bottom", ha="right", fontsize=8.5, color=INK, zorder=5,
                     bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85})
             for model, grp in sub.groupby("model", sort=False):
                 grp = grp.sort_values("fraction")
@@ -315,6 +482,16 @@ def temperature_curves(cells: pd.DataFrame, settings: Sequence[str], *, max_cols
 def pool_bins(entries: Sequence[dict], which: str) -> dict[str, np.ndarray] | None:
     """Pool the bins of several runs (seeds): counts add, means are count-weighted."""
     parts = [e[which] for e in entries if e.get(which)]
+    pooled = pool_bin_parts(parts)
+    if pooled is not None:
+        pooled["n"] = float(sum(p["n"] for p in parts))
+    return pooled
+
+
+def pool_bin_parts(parts: Sequence[dict]) -> dict[str, np.ndarray] | None:
+    """Pool reliability bins (``count`` / ``confidence`` / ``accuracy`` lists, ``None`` for an empty
+    bin) of several runs: counts add, means are count-weighted; ``None`` when there are none."""
+    parts = [p for p in parts if p]
     if not parts:
         return None
     counts = np.array([p["count"] for p in parts], dtype=float)
@@ -326,8 +503,11 @@ def pool_bins(entries: Sequence[dict], which: str) -> dict[str, np.ndarray] | No
         ma = np.nansum(acc * counts, axis=0) / total
     mc[total == 0] = np.nan
     ma[total == 0] = np.nan
-    n = float(sum(p["n"] for p in parts))
-    return {"count": total, "confidence": mc, "accuracy": ma, "n": n}
+    return {"count": total, "confidence": mc, "accuracy": ma}
+
+
+#: Axis padding of the reliability panels beyond [0, 1], so markers at 0 and 1 show whole.
+RELIABILITY_PAD = 0.04
 
 
 def reliability_grid(groups: Sequence[dict[str, Any]]) -> bytes:
@@ -343,10 +523,10 @@ def reliability_grid(groups: Sequence[dict[str, Any]]) -> bytes:
 
     groups = list(groups)[:MAX_PANELS]
     n = len(groups)
-    cols = min(4, n)
-    rows = int(math.ceil(n / cols))
     pw, ph, strip, gap_w, gap_h = 3.1, 2.9, 0.8, 0.8, 1.2
     left, right, top, bottom = 0.8, 0.25, 0.78, 0.55
+    cols = min(4, n, fitting_columns(pw, left + right, gap_w))
+    rows = int(math.ceil(n / cols))
     handles = [Line2D([], [], color=RAW, marker="o", lw=1.6), Line2D([], [], color=SCALED, marker="s", lw=1.6),
                Line2D([], [], color=MUTED, ls=":"), Patch(color="#9ca3af")]
     labels = ["raw probabilities", "after temperature scaling", "perfect calibration",
@@ -373,27 +553,31 @@ def reliability_grid(groups: Sequence[dict[str, Any]]) -> bytes:
                 width = 1.0 / k
                 ok = b["count"] > 0
                 share = b["count"] / max(b["n"], 1)
-                ax.plot(b["confidence"][ok], b["accuracy"][ok], lw=1.4, color=color, alpha=0.85)
-                # marker area grows with the bin's share of samples: sparse bins are visibly small
+                ax.plot(b["confidence"][ok], b["accuracy"][ok], lw=1.4, color=color, alpha=0.85, clip_on=False)
+                # marker area grows with the bin's share of samples: sparse bins are visibly small; a bin
+                # at frequency 0 or 1 (common) is drawn whole, not cut by the axes (clip_on=False, padded limits)
                 ax.scatter(b["confidence"][ok], b["accuracy"][ok], s=8 + 140 * np.sqrt(share[ok]), marker=marker,
-                           color=color, edgecolors="white", linewidths=0.5, zorder=3)
+                           color=color, edgecolors="white", linewidths=0.5, zorder=3, clip_on=False)
                 off = -width / 4 if which == "raw" else width / 4
                 axh.bar(centers + off, share, width=width / 2, color=color, alpha=0.75, linewidth=0)
-            ax.set_xlim(0, 1)
-            ax.set_ylim(0, 1)
+            ax.set_xlim(-RELIABILITY_PAD, 1 + RELIABILITY_PAD)
+            ax.set_ylim(-RELIABILITY_PAD, 1 + RELIABILITY_PAD)
+            ax.set_xticks(np.linspace(0, 1, 6))
+            ax.set_yticks(np.linspace(0, 1, 6))
             ece_line = f"ECE raw {g['ece_raw']:.3f}"
             if g.get("ece_scaled") is not None and not math.isnan(g["ece_scaled"]):
                 ece_line += f" → scaled {g['ece_scaled']:.3f} (T = {g.get('temperature', float('nan')):.2f})"
             ax.set_title(g["title"] + "\n" + ece_line, fontsize=9, linespacing=1.35)
             ax.set_ylabel("observed frequency of class 1" if g.get("binary") else "accuracy", fontsize=8.8)
             ax.tick_params(labelbottom=False)
-            axh.set_xlim(0, 1)
+            axh.set_xlim(-RELIABILITY_PAD, 1 + RELIABILITY_PAD)
+            axh.set_xticks(np.linspace(0, 1, 6))
             axh.set_xlabel("mean predicted p(class 1)" if g.get("binary") else "confidence (max probability)",
                            fontsize=8.8)
-            axh.set_ylabel("share", fontsize=8)
+            axh.set_ylabel("share", fontsize=8.5)
             axh.set_ylim(0, 1.05)
             axh.set_yticks([0, 1])
-            axh.tick_params(axis="y", labelsize=7.5)
+            axh.tick_params(axis="y", labelsize=8.5)
             axh.grid(axis="x", visible=False)
         _legend(fig, handles, labels, W)
         return _png(fig)
@@ -433,11 +617,11 @@ def collapse_heatmap(cells: pd.DataFrame, *, title: str = "") -> bytes:
                     continue
                 txt = "–" if pd.isna(k) else f"{int(k)}/{int(t)}"
                 dark = not pd.isna(share.iat[i, j]) and share.iat[i, j] > 0.6
-                ax.text(j, i, txt, ha="center", va="center", fontsize=7.5, color="white" if dark else INK)
+                ax.text(j, i, txt, ha="center", va="center", fontsize=8.5, color="white" if dark else INK)
         ax.set_xticks(range(len(fracs)))
         ax.set_xticklabels([pct_label(f) for f in fracs], fontsize=8.5)
         ax.set_yticks(range(len(rows)))
-        ax.set_yticklabels(rows, fontsize=8)
+        ax.set_yticklabels(rows, fontsize=8.5)
         ax.set_xlabel("label fraction")
         ax.tick_params(length=0)
         for sp in ax.spines.values():
@@ -447,7 +631,7 @@ def collapse_heatmap(cells: pd.DataFrame, *, title: str = "") -> bytes:
         cb = fig.colorbar(im, cax=cax)
         cb.set_ticks([0, 1 / 3, 2 / 3, 1])
         cb.set_ticklabels(["0", "1/3", "2/3", "all"])
-        cb.set_label("share of seeds collapsed", fontsize=8)
+        cb.set_label("share of seeds collapsed", fontsize=8.5)
         if title:
             ax.set_title(title)
         return _png(fig)
@@ -493,10 +677,12 @@ def rank_scatter(points: pd.DataFrame, fractions: Sequence[float], annotations: 
 
 # --------------------------------------------------------------------------- transfer
 def transfer_curves(cells: pd.DataFrame, settings: Sequence[str], *, aggregate_label: str | None = None,
-                    zone: bool = True) -> bytes:
+                    zone: bool = True, ci_level: float | None = None, zone_at: float = 0.85) -> bytes:
     """Target AUROC (top) and target ECE (bottom; raw solid, source-T scaled dashed)
-    vs source label fraction, one column per pair. With ``aggregate_label`` the
-    pairs are averaged per model (band: range over pairs)."""
+    vs source label fraction, one block of two panels per pair (at most two pairs side by side,
+    so the figure keeps legible fonts in the report column). With ``aggregate_label`` the
+    pairs are averaged per model (band: range over pairs). AUROC axes are fitted to the data
+    (never beyond [0, 1]; the ``zone_at`` line stays in view when the zone is drawn)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -513,38 +699,61 @@ def transfer_curves(cells: pd.DataFrame, settings: Sequence[str], *, aggregate_l
     settings = list(settings)[:6]
     n = len(settings)
     handles, labels = _model_handles(colors)
-    handles += [Line2D([], [], color=MUTED, lw=1.8), Line2D([], [], color=MUTED, lw=1.4, ls="--"),
-                Patch(color="#fef3c7")]
-    labels += ["raw", "after the source-fitted T", "transfer AUROC < 0.85"]
-    ltitle = "band: " + ("range over pairs" if aggregate_label else "min–max over seeds")
+    handles += [Line2D([], [], color=MUTED, lw=1.8), Line2D([], [], color=MUTED, lw=1.4, ls="--")]
+    labels += ["raw", "after the source-fitted T"]
+    if zone:
+        handles.append(Patch(color="#fef3c7"))
+        labels.append(f"transfer AUROC < {zone_at:g}")
+    with_ci = aggregate_label is None and has_ci(cells, ("auroc", "ece_fixed"))
+    ltitle = "band: " + ("range over pairs" if aggregate_label else "min–max over seeds") + \
+        (f" · {ci_legend(ci_level)}" if with_ci else "")
+    pw = 3.3 if n > 1 else 4.6
+    ph, inner, block_gap = 2.1, 0.3, 1.0
+    left, right, top, bottom = 0.8, 0.25, 0.45, 0.62
+    cols = min(n, fitting_columns(pw, left + right, 0.72))
+    rows = int(math.ceil(n / cols))
+    W = left + cols * pw + (cols - 1) * 0.72 + right
+    leg = 0.12 + 0.21 * legend_rows(labels, W, ltitle)
+    H = top + rows * (2 * ph + inner) + (rows - 1) * block_gap + bottom + leg
     with _style():
-        g = _Grid(2 * n, n, panel_w=3.3 if n > 1 else 4.6, panel_h=2.2, hgap=0.35,
-                  legend=labels, legend_title=ltitle)
+        fig = _figure(W, H)
         for j, setting in enumerate(settings):
+            r, c = divmod(j, cols)
+            x0 = (left + c * (pw + 0.72)) / W
+            y_top = 1 - (top + r * (2 * ph + inner + block_gap)) / H
+            a_ax = fig.add_axes([x0, y_top - ph / H, pw / W, ph / H])
+            e_ax = fig.add_axes([x0, y_top - (2 * ph + inner) / H, pw / W, ph / H])
             sub = cells.loc[cells["setting"] == setting]
-            a_ax, e_ax = g.axes[j], g.axes[n + j]
-            if zone:  # the PRISM label-definition zone (not drawn for a covariate / prior / undeclared shift)
-                a_ax.axhspan(0, 0.85, color="#fef3c7", alpha=0.6, lw=0)
-            a_ax.axhline(0.5, color=MUTED, lw=0.9, ls=":")
+            values: list[np.ndarray] = []
             for model, grp in sub.groupby("model", sort=False):
                 grp = grp.sort_values("fraction")
                 x = lx(grp["fraction"])
-                c = colors[model]
-                a_ax.plot(x, grp["auroc_mean"], marker="o", ms=3.5, lw=1.8, color=c)
-                _band(a_ax, x, grp["auroc_min"], grp["auroc_max"], c)
-                e_ax.plot(x, grp["ece_fixed_mean"], marker="o", ms=3.5, lw=1.8, color=c)
-                _band(e_ax, x, grp["ece_fixed_min"], grp["ece_fixed_max"], c)
-                e_ax.plot(x, grp["ece_scaled_fixed_mean"], marker="s", ms=3, lw=1.4, ls="--", color=c)
+                col = colors[model]
+                a_ax.plot(x, grp["auroc_mean"], marker="o", ms=3.5, lw=1.8, color=col, clip_on=False)
+                _band(a_ax, x, grp["auroc_min"], grp["auroc_max"], col)
+                e_ax.plot(x, grp["ece_fixed_mean"], marker="o", ms=3.5, lw=1.8, color=col, clip_on=False)
+                _band(e_ax, x, grp["ece_fixed_min"], grp["ece_fixed_max"], col)
+                e_ax.plot(x, grp["ece_scaled_fixed_mean"], marker="s", ms=3, lw=1.4, ls="--", color=col,
+                          clip_on=False)
+                if aggregate_label is None:
+                    _ci_bars(a_ax, x, grp, "auroc", col)
+                    _ci_bars(e_ax, x, grp, "ece_fixed", col)
+                values += _ci_values(grp, "auroc")
+            lo, hi = data_ylim(values, (0.0, 1.0), include=(zone_at,) if zone else ())
+            if zone:  # the PRISM label-definition zone (not drawn for a covariate / prior / undeclared shift)
+                a_ax.axhspan(lo, zone_at, color="#fef3c7", alpha=0.6, lw=0)
+            if lo < 0.5 < hi:
+                a_ax.axhline(0.5, color=MUTED, lw=0.9, ls=":")
+            a_ax.set_ylim(lo, hi)
             a_ax.set_title(str(setting).replace("->", " → "))
-            a_ax.set_ylim(0, 1.02)
             a_ax.set_ylabel("target AUROC")
             e_ax.set_ylabel("target ECE (15 fixed bins)")
             e_ax.set_ylim(bottom=0)
             _fraction_axis(a_ax, sub["fraction"], "")
             _fraction_axis(e_ax, sub["fraction"], "source label fraction (log scale)")
             a_ax.tick_params(labelbottom=False)
-        g.legend(handles, labels, title=ltitle)
-        return _png(g.fig)
+        _legend(fig, handles, labels, W, title=ltitle)
+        return _png(fig)
 
 
 def fewshot_gap(fs: pd.DataFrame, *, tolerance: float = 0.02) -> bytes:

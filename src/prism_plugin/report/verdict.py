@@ -32,6 +32,11 @@ Topics (the questions a user asks of their model):
   transfer task without ``shift:`` is said to lack it (``shift`` = ``undeclared``), with no band;
 * ``fewshot`` — how many labelled target samples the few-shot temperature
   needs to bring target ECE within 0.02 of the oracle ECE;
+* uncertainty (runs with the bootstrap plugin's CI columns): the glance line quotes the test-set CI;
+  a setting whose rarest test class has fewer than 10 samples gets a caution line (``glance``,
+  column ``n_test_min_class``) and its ✅ lines of scaling / transfer / few-shot / collapse become
+  cautions saying so; a ``scaling`` line per setting where the CI of (scaled − raw) ECE includes
+  zero (``scaling_unsure_cells``); a transfer AUROC whose CI straddles a band edge is unsettled;
 * ``metrics`` — for each metric a third-party plugin describes (``register_metrics`` with a
   ``direction``), its best label fraction per setting; these lines cite ``metric_cells.csv``
   (:mod:`prism_plugin.report.metric_table`).
@@ -129,12 +134,16 @@ def _glance(model: str, table: str, s: pd.DataFrame) -> list[dict]:
     a = float(s["auroc_hi"].mean())
     fr = _frac_list(";".join(sorted({f"{v:g}" for v in s["fraction_max"]})))
     names = ", ".join(_setting_name(x) for x in s["setting"][:MAX_LISTED]) + (" …" if n > MAX_LISTED else "")
+    ci_a = _ci(s["auroc_hi_ci_low"].iloc[0], s["auroc_hi_ci_high"].iloc[0]) if n == 1 and "auroc_hi_ci_low" in s else ""
+    ci_a = f" (test-set CI {ci_a})" if ci_a else ""
     if table in TRANSFER:
-        text = (f"{label} ({what}: {names}): mean target AUROC {_num(a)} at the largest source fraction ({fr}).")
+        text = (f"{label} ({what}: {names}): mean target AUROC {_num(a)}{ci_a} at the largest source fraction ({fr}).")
     else:
         e = float(s["ece_scaled_fixed_hi"].mean())
-        text = (f"{label} ({what}: {names}): mean AUROC {_num(a)} at the largest label fraction ({fr}); "
-                f"mean ECE after temperature scaling {_num(e)}.")
+        ci_e = _ci(s["ece_scaled_fixed_hi_ci_low"].iloc[0], s["ece_scaled_fixed_hi_ci_high"].iloc[0]) \
+            if n == 1 and "ece_scaled_fixed_hi_ci_low" in s else ""
+        text = (f"{label} ({what}: {names}): mean AUROC {_num(a)}{ci_a} at the largest label fraction ({fr}); "
+                f"mean ECE after temperature scaling {_num(e)}" + (f" (test-set CI {ci_e})." if ci_e else "."))
     out.append(_row(model, "glance", "info", table, "", text, _where(table, model, s["setting"]), "auroc_hi",
                     "mean" if n > 1 else "value", a))
     return out
@@ -292,29 +301,121 @@ def _scaling(model: str, table: str, s: pd.DataFrame) -> list[dict]:
     if len(good):
         names = ", ".join(_setting_name(x) for x in good["setting"])
         n_bound, n_nll = _qualifier_counts(good)
+        n_unsure = _n(good["scaling_unsure_cells"].sum()) if "scaling_unsure_cells" in good.columns else 0
         text = (f"{label}: {t_word} lowered ECE in every cell of {names} "
                 f"({int(good['scaling_cells'].sum())} cells)")
-        if n_bound or n_nll:
+        if n_bound or n_nll or n_unsure:
             why = [f"the temperature sits at a search bound in {n_bound}" if n_bound else "",
-                   f"the test NLL rose after scaling in {n_nll}" if n_nll else ""]
+                   f"the test NLL rose after scaling in {n_nll}" if n_nll else "",
+                   f"the test-set CI of the ECE change includes zero in {n_unsure}" if n_unsure else ""]
             text += (f", but not as a clean success: {' and '.join(w for w in why if w)} of them (see below).")
         else:
             text += "."
-        out.append(_row(model, "scaling", "warn" if (n_bound or n_nll) else "good", table, "", text,
+        out.append(_row(model, "scaling", "warn" if (n_bound or n_nll or n_unsure) else "good", table, "", text,
                         _where(table, model, good["setting"]), "scaling_not_helping_cells", "sum", 0))
     out.extend(_qualifiers(model, table, s, transfer))
+    out.extend(_scaling_noise(model, table, s, transfer))
     return out
+
+
+def _ci(lo: Any, hi: Any, digits: int = 3) -> str:
+    """``"[lo, hi]"`` of a test-set CI; empty when not measured."""
+    try:
+        lo, hi = float(lo), float(hi)
+    except (TypeError, ValueError):
+        return ""
+    return "" if math.isnan(lo) or math.isnan(hi) else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def _scaling_noise(model: str, table: str, s: pd.DataFrame, transfer: bool) -> list[dict]:
+    """One line per setting where the test-set CI of (scaled − raw) ECE includes zero in some cells:
+    there the change temperature scaling made is not shown beyond test-set noise (either way)."""
+    out = []
+    if "scaling_unsure_cells" not in s.columns:
+        return out
+    t_word = "the source-fitted temperature" if transfer else "temperature scaling"
+    for r in s.itertuples(index=False):
+        n_up, n_down = _n(_get(r, "scaling_unsure_cells")), _n(_get(r, "scaling_not_helping_unsure_cells"))
+        if not (n_up or n_down):
+            continue
+        tot = _n(_get(r, "scaling_ci_cells")) or int(r.scaling_cells)
+        parts = []
+        if n_up:
+            parts.append(f"it lowered the seed-mean ECE in {n_up} label fraction{'s' if n_up > 1 else ''} "
+                         f"({_frac_list(_get(r, 'scaling_unsure_fractions', ''))}) by less than the test set can "
+                         "resolve")
+        if n_down:
+            parts.append(f"where it did not lower it ({n_down}), the rise is not beyond noise either")
+        text = (f"{_setting_name(r.setting, table)}: the test-set CI of the ECE change by {t_word} (scaled − raw) "
+                f"includes zero in {n_up + n_down} of {tot} label fractions: {'; '.join(parts)}.")
+        out.append(_row(model, "scaling", "warn", table, r.setting, text, _where(table, model, [r.setting]),
+                        "scaling_unsure_cells", "value", float(n_up)))
+    return out
+
+
+def _few_samples(model: str, table: str, s: pd.DataFrame) -> list[dict]:
+    """One line per setting whose rarest test class has fewer than FEW_TEST_SAMPLES samples."""
+    from prism_plugin.report.derived import FEW_TEST_SAMPLES
+
+    out = []
+    if "n_test_min_class" not in s.columns:
+        return out
+    for r in s.itertuples(index=False):
+        n = _get(r, "n_test_min_class")
+        if not (isinstance(n, (int, float)) and 0 < n < FEW_TEST_SAMPLES):
+            continue
+        ci = _ci(_get(r, "auroc_hi_ci_low"), _get(r, "auroc_hi_ci_high"))
+        text = (f"{_setting_name(r.setting, table)}: the rarest test class has only {int(n)} sample"
+                f"{'s' if int(n) != 1 else ''} (fewer than {FEW_TEST_SAMPLES}): every number and verdict line on "
+                "this setting rests on few samples of that class"
+                + (f" (AUROC at {pct(r.fraction_max)}: test-set CI {ci})" if ci else "")
+                + "; add test samples of that class before acting on it.")
+        out.append(_row(model, "glance", "warn", table, r.setting, text, _where(table, model, [r.setting]),
+                        "n_test_min_class", "value", float(n)))
+    return out
+
+
+#: Topics whose "fine" lines become "caution" when they rest on few test samples of a class.
+FEW_SAMPLE_TOPICS = ("scaling", "transfer", "fewshot", "collapse")
+
+
+def _few_sample_caution(rows: list[dict], settings: pd.DataFrame) -> None:
+    """A ✅ line of :data:`FEW_SAMPLE_TOPICS` about a setting with few test samples of a class is
+    no plain success: it becomes a caution that says so (in place)."""
+    from prism_plugin.report.derived import FEW_TEST_SAMPLES
+
+    if "n_test_min_class" not in settings.columns:
+        return
+    few = settings.loc[(pd.to_numeric(settings["n_test_min_class"], errors="coerce") < FEW_TEST_SAMPLES)
+                       & (pd.to_numeric(settings["n_test_min_class"], errors="coerce") > 0)]
+    if few.empty:
+        return
+    index = {(str(r.model), str(r.table), str(r.setting)): int(r.n_test_min_class) for r in few.itertuples()}
+    for row in rows:
+        if row["level"] != "good" or row["topic"] not in FEW_SAMPLE_TOPICS or not row["where"]:
+            continue
+        where = json.loads(row["where"])
+        names = where.get("setting")
+        names = names if isinstance(names, list) else [names]
+        hit = [index[k] for k in ((str(row["model"]), str(row["table"]), str(x)) for x in names) if k in index]
+        if hit:
+            row["level"] = "warn"
+            row["text"] = (row["text"].rstrip(".") + f" — but it rests on few test samples (the rarest test class "
+                           f"has {min(hit)}), so it is not a settled success.")
 
 
 def _zone_text(auroc: float) -> tuple[str, str]:
     if auroc < TRANSFER_ZONE:
-        return ("bad", f"does not transfer well (transfer AUROC {_num(auroc)}, below the ~{TRANSFER_ZONE:.2f} zone "
+        return ("bad", f"does not transfer well (transfer AUROC {_num(auroc)}, the mean over source label fractions; "
+                       f"below the ~{TRANSFER_ZONE:.2f} zone "
                        "under which, in the PRISM paper, more source labels worsened target ECE in 86–88 % of "
                        "combinations)")
     if auroc < 0.95:
-        return ("warn", f"transfers moderately (transfer AUROC {_num(auroc)}, just above the ~{TRANSFER_ZONE:.2f} "
+        return ("warn", f"transfers moderately (transfer AUROC {_num(auroc)}, the mean over source label fractions; "
+                        f"just above the ~{TRANSFER_ZONE:.2f} "
                         "zone; in the paper 8 % of combinations at this level had rising target ECE)")
-    return ("good", f"transfers (transfer AUROC {_num(auroc)}; in the paper 1 % of combinations at this level had "
+    return ("good", f"transfers (transfer AUROC {_num(auroc)}, the mean over source label fractions; in the paper 1 % "
+                    "of combinations at this level had "
                     "rising target ECE)")
 
 
@@ -389,7 +490,18 @@ def _transfer(model: str, table: str, s: pd.DataFrame) -> list[dict]:
     for r in s.itertuples(index=False):
         level, zone = _zone_text(float(r.transfer_auroc))
         direction = "rose" if r.target_ece_delta > 0 else "fell"
-        text = (f"{_setting_name(r.setting)}: the probe {zone}; here raw target ECE {direction} by "
+        lo, hi = _get(r, "transfer_auroc_ci_low"), _get(r, "transfer_auroc_ci_high")
+        ci = _ci(lo, hi)
+        settled = ""
+        if ci:
+            edges = [z for z in (TRANSFER_ZONE, 0.95) if float(lo) < z <= float(hi)]
+            if edges:
+                settled = (f"; its test-set CI {ci} straddles {edges[0]:.2f}, so the band is not settled by this "
+                           "test set")
+                level = "warn" if level == "good" else level
+            else:
+                settled = f"; test-set CI {ci}"
+        text = (f"{_setting_name(r.setting)}: the probe {zone}{settled}; here raw target ECE {direction} by "
                 f"{_num(abs(r.target_ece_delta))} from {pct(r.fraction_min)} to {pct(r.fraction_max)} source labels.")
         out.append(_row(model, "transfer", level, table, r.setting, text, _where(table, model, [r.setting]),
                         "transfer_auroc", "value", float(r.transfer_auroc)))
@@ -509,6 +621,7 @@ def build_verdict(settings: pd.DataFrame | None, *, tolerance: float = FEWSHOT_T
             if table != "indomain_propval" or "indomain" not in tables:
                 for block in _blocks(ms, table):
                     rows.extend(_glance(model, table, block))
+                    rows.extend(_few_samples(model, table, block))
         rows.extend(_data_lines(model, list(flags or [])))
         for table in tables:
             if table == "indomain_propval" and "indomain" in tables:
@@ -572,6 +685,7 @@ def build_verdict(settings: pd.DataFrame | None, *, tolerance: float = FEWSHOT_T
                              "unknown."))
         if metric_cells is not None and not metric_cells.empty:
             rows.extend(_plugin_metrics(model, metric_cells))
+    _few_sample_caution(rows, settings)
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS)
 
 

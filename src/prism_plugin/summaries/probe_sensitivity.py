@@ -100,8 +100,94 @@ def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+# --------------------------------------------------------------------------- the report of a sweep
+#: The column keeping a sweep row's model name when the report labels the row by its variant.
+MODEL_BASE = "model_base"
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and not np.isfinite(v)) or str(v) in ("", "nan")
+
+
+def variant_model(model: Any, sweep_key: Any, sweep_value: Any) -> str:
+    """How the report names the runs of one sweep variant: ``"<model> · C = 0.1"`` for
+    ``probe.C``, ``"<model> · kind = mlp"`` for ``probe.kind``; the model alone outside a sweep."""
+    if _missing(sweep_key):
+        return str(model)
+    name = str(sweep_key).rsplit(".", 1)[-1]
+    value = sweep_value
+    if not isinstance(value, str):
+        value = "?" if _missing(value) else f"{float(value):g}"
+    else:
+        try:
+            value = f"{float(value):g}"
+        except ValueError:
+            pass
+    return f"{model} · {name} = {value}"
+
+
+def sweep_run_tables(paths: Iterable[str | Path], host=None):
+    """The probe-sweep rows (``sweep_key`` set) of every ``runs.csv`` under ``paths`` as
+    :class:`~prism_plugin.tables.RunTables`, each variant its own model (:func:`variant_model`;
+    the model's name kept in ``model_base``), so the report's cells, diagrams and verdict describe
+    each C (or probe kind) on its own instead of pooling them. ``None`` without sweep rows.
+    (:func:`prism_plugin.tables.tables_from_results` leaves these rows out.)"""
+    from prism_plugin.plugins import host_or_shared
+    from prism_plugin.results import runs_files
+    from prism_plugin.tables import (SHIFT_ROUTED_FROM, UNDECLARED, RunTables, read_run_table,
+                                     shift_routed)
+
+    kinds = host_or_shared(host).tables
+    parts: dict[str, list[pd.DataFrame]] = {}
+    for file in runs_files(paths):
+        df = read_run_table(file, ("model", "fraction", "seed"))
+        if "sweep_key" not in df or not df["sweep_key"].notna().any():
+            continue
+        df = df.loc[df["sweep_key"].notna()].copy()
+        df[MODEL_BASE] = df["model"].astype(str)
+        value = df["sweep_value"] if "sweep_value" in df else pd.Series(np.nan, index=df.index)
+        df["model"] = [variant_model(m, k, v) for m, k, v in zip(df[MODEL_BASE], df["sweep_key"], value)]
+        table_col = df["reference_table"] if "reference_table" in df else pd.Series("indomain", index=df.index)
+        for table, rows in df.groupby(shift_routed(df, table_col), sort=False):
+            if table not in kinds:
+                continue  # tables_from_results names an unknown table kind of the non-sweep rows
+            kind = kinds.get(table)
+            if table == SHIFT_ROUTED_FROM:
+                shift = rows["shift"] if "shift" in rows else pd.Series(np.nan, index=rows.index)
+                rows = rows.copy()
+                rows["shift"] = shift.where(shift.notna() & (shift.astype(str) != ""), UNDECLARED)
+            rows = rows.drop(columns=[c for c in kind.drops if c in rows])
+            parts.setdefault(kind.name, []).append(rows.rename(columns=dict(kind.renames)))
+    if not parts:
+        return None
+    out = {}
+    for table, frames in parts.items():
+        df = pd.concat(frames, ignore_index=True)
+        key = [c for c in kinds.get(table).key_columns if c in df]
+        out[table] = df.loc[~df.duplicated(subset=key)]  # a variant read twice counts once
+    return RunTables(out)
+
+
+def with_sweep_variants(run_tables, paths: Iterable[str | Path], host=None):
+    """``run_tables`` (the non-sweep rows, or ``None``) with the sweep variants of ``paths`` added
+    (:func:`sweep_run_tables`); unchanged when there are none."""
+    sweeps = sweep_run_tables(paths, host)
+    if sweeps is None:
+        return run_tables
+    if run_tables is None:
+        return sweeps
+    from prism_plugin.tables import RunTables
+
+    merged = {name: run_tables[name] for name in run_tables.present()}
+    for name in sweeps.present():
+        merged[name] = pd.concat([merged[name], sweeps[name]], ignore_index=True) if name in merged else sweeps[name]
+    return RunTables(merged)
+
+
 def _prepare(runs: pd.DataFrame) -> pd.DataFrame:
     df = runs.copy()
+    if MODEL_BASE in df.columns:  # variant-labelled report rows: rank the models, not the variants
+        df["model"] = df[MODEL_BASE].where(df[MODEL_BASE].notna(), df["model"])
     if "probe" not in df.columns:
         df["probe"] = "logistic"
     df["probe"] = df["probe"].fillna("logistic").astype(str)
@@ -330,5 +416,5 @@ def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | 
     return out if (out.tables or out.notes) else None
 
 
-__all__ = ["BASELINE_C", "NEEDS", "PAPER_C_VALUES", "c_ablation", "c_ranking", "count_inversions", "headline",
+__all__ = ["BASELINE_C", "MODEL_BASE", "sweep_run_tables", "variant_model", "with_sweep_variants", "NEEDS", "PAPER_C_VALUES", "c_ablation", "c_ranking", "count_inversions", "headline",
            "kendall", "load_runs", "mlp_cells", "mlp_ranking", "sensitivity_tables", "split_tables", "summarize"]

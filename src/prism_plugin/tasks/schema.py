@@ -194,7 +194,7 @@ class Checker:
                 full = f"{prefix}{key}"
                 exc = PrismError(
                     f"{self.loc.where(full)}: unknown key {full!r}{suggest(str(key), allowed)} "
-                    f"(allowed: {', '.join(sorted(allowed))})"
+                    f"(allowed: {_key_list(allowed)})"
                 )
                 exc.key = full
                 self.add(exc)
@@ -598,3 +598,19 @@ def task_from_file(path: Path, search_paths: list[Path], host=None) -> TaskConfi
     from prism_plugin.tasks.loader import parse_yaml, resolve_includes
 
     return build_task(resolve_includes(parse_yaml(path), search_paths), host)
+
+
+def _key_list(allowed: set[str], width: int = 240) -> str:
+    """The allowed keys, sorted, cut to about ``width`` characters so the error stays one readable line
+    (the closest names are given by the "did you mean" part)."""
+    names = sorted(allowed)
+    text = ", ".join(names)
+    if len(text) <= width:
+        return text
+    shown: list[str] = []
+    for name in names:
+        if len(", ".join(shown + [name])) > width:
+            break
+        shown.append(name)
+    return ", ".join(shown) + f", ... ({len(names)} in all; plugins' keys: `prism-run ls task-keys`)"
+
