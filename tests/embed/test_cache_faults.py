@@ -153,3 +153,20 @@ def test_os_errors_become_one_line_with_a_path_and_a_fix():
     assert info.value.filename == "/out/runs.csv"
     assert not fsfaults.is_file_system_fault(ConnectionRefusedError(errno.ECONNREFUSED, "refused"))
     assert not fsfaults.is_file_system_fault(OSError("no errno, no file"))
+
+
+def test_shards_left_by_a_writer_killed_after_the_manifest_are_removed_on_load(tmp_path):
+    """A writer killed between the manifest and the shard cleanup leaves a complete entry with a shard
+    folder; the next load keeps the entry (it is complete and verified) and removes the folder."""
+    entry, X, y = _entry_with_shards(tmp_path)
+    entry.finalize(2, DIM, {})
+    assert not entry.shard_dir.exists()
+    again, _, _ = _entry_with_shards(tmp_path / "other")  # shard files as the killed cleanup left them
+    entry.shard_dir.mkdir()
+    for src in again.shard_dir.iterdir():
+        (entry.shard_dir / src.name).write_bytes(src.read_bytes())
+    (entry.shard_dir / "00000.features.npy").unlink()  # the cleanup had got this far
+    Xl, yl = entry.load()
+    np.testing.assert_array_equal(Xl, X)
+    np.testing.assert_array_equal(yl, y)
+    assert entry.exists() and entry.check() is None and not entry.shard_dir.exists()

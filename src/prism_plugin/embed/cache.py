@@ -269,6 +269,7 @@ class CacheEntry:
             try:
                 X, y, m = self._read(raw, verify)
                 self.last_manifest = m
+                self._tidy_leftover_shards()
                 return X, y
             except _Vanished:
                 return None
@@ -284,6 +285,25 @@ class CacheEntry:
         warnings.warn(f"cache entry {self.key[:12]} is corrupt ({problem}); recomputing it", stacklevel=2)
         self._discard(raw)
         return None
+
+    def _tidy_leftover_shards(self) -> None:
+        """Remove the shard folder of a complete entry. It is left behind when the writer was killed
+        between writing the manifest (the last step that matters) and the cleanup. Best effort: skipped
+        when another process holds the lock or the cache is read-only (a shared cache)."""
+        if not self.shard_dir.is_dir():
+            return
+        try:
+            lock = self.lock()
+            lock.acquire(timeout=0)
+        except (Timeout, PrismError, OSError):
+            return
+        try:
+            if self.manifest_path.exists():
+                self._remove_shards()
+        except OSError:
+            pass
+        finally:
+            lock.release()
 
     def _discard(self, raw: bytes) -> None:
         """Remove the entry if its manifest is still ``raw`` (under the lock)."""
@@ -452,9 +472,7 @@ class CacheEntry:
 
     def _remove_shards(self) -> None:
         """Delete the shard folder; tolerant of files vanishing under a concurrent remover."""
-        for attempt in range(10):
-            if attempt:
-                time.sleep(0.05 * attempt)  # a writer still closing its file (another process, a slow disk)
+        for _ in range(3):
             try:
                 entries = list(self.shard_dir.iterdir())
             except FileNotFoundError:
