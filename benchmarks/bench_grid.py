@@ -12,16 +12,26 @@ Three variants on the same generated embeddings, each in its own subprocess
     the three fraction-1.0 seeds share one fit, decision values once per fit).
 (c) ``torch``: ``prism_plugin.api.evaluate`` with ``probe.backend = torch``
     (converged to max |grad| <= 1e-8, on the GPU when there is one).
+(d) ``fast``: ``probe.backend = fast`` (per fit: scikit-learn lbfgs exactly as (b), or the
+    preconditioned L-BFGS to scikit-learn's own tol with one preconditioner per grid and warm
+    starts; see ``LogisticProbe._fit_fast``).
 
-Printed per dataset: grid seconds, ratio to (a), peak RSS over the feature
-bytes, the maximum absolute difference of every metric column against (a)
-(target for (b): <= 1e-12), and the torch fits' convergence.
+Two data regimes (``--regime A|B|both``, default both), see :func:`generate`: A, the original
+construction (lbfgs needs hundreds of iterations at full size), and B, a rotated flatter spectrum
+with overlapping classes and 7 % label noise (lbfgs stops after tens).
+
+Printed per dataset and regime: grid seconds (wall and CPU), every variant's ratio to (a) and to
+(b), peak RSS over the feature bytes, the maximum absolute difference of every metric column of
+(b) against (a) (target: 0), the max |diff| of AUROC, ECE, scaled ECE and T of (c) and (d)
+against (b), exact mode's lbfgs iteration counts per fraction (which regime real embeddings
+resemble) and what fast mode's solver did; at the end one table of every ratio.
 
 Usage::
 
-    python benchmarks/bench_grid.py --quick              # ~1 minute, 1/10-size data
-    python benchmarks/bench_grid.py                      # PCam- and CRC-sized (~12 minutes on 2 cores)
-    python benchmarks/bench_grid.py --datasets crc --variants reference,ours --json out.json
+    python benchmarks/bench_grid.py --quick              # 1/10-size data, both regimes (~5 minutes on 2 busy cores)
+    python benchmarks/bench_grid.py --scale 0.3 --variants reference,ours,fast
+    python benchmarks/bench_grid.py                      # PCam- and CRC-sized, both regimes
+    python benchmarks/bench_grid.py --regime B --datasets crc --variants ours,fast --json out.json
     python benchmarks/bench_grid.py --threads 0          # the libraries' own thread counts
 
 Every variant runs with the same thread settings (``--threads``, default 1:
@@ -30,9 +40,8 @@ on the BLAS thread count and multi-threaded BLAS is erratic on a busy machine.
 
 Sizes: PCam-sized 262,144 x 1,536 (K = 2) + 32,768 val + 32,768 test;
 CRC-sized 70,000 x 1,536 (K = 9) + 15,000 val + 15,000 test; ``--quick``
-divides every split by 10. Rows are unit-norm float32 with a shared mean
-direction, a power-law spectrum and class means spread over it, the structure
-that makes real foundation-model embeddings slow for lbfgs.
+(= ``--scale 0.1``) divides every split by 10. Rows are unit-norm float32 with a
+shared mean direction (mean cosine to it ~0.67 in A, ~0.74 in B).
 """
 
 from __future__ import annotations
@@ -57,43 +66,83 @@ DATASETS = {
     "pcam": (262_144, 32_768, 32_768, 2, 0.15),
     "crc": (70_000, 15_000, 15_000, 9, 0.5),
 }
-VARIANTS = ("reference", "ours", "torch")
+VARIANTS = ("reference", "ours", "torch", "fast")
+BACKEND = {"ours": "sklearn", "torch": "torch", "fast": "fast"}
+AGREEMENT = ("auroc", "ece_fixed", "ece_scaled_fixed", "temperature")
 METRICS = ["auroc", "f1_macro", "f1_binary", "brier", "ece_fixed", "ece_adaptive", "temperature",
            "ece_scaled_fixed", "ece_scaled_adaptive", "degeneracy_share", "degenerate", "nll", "nll_scaled",
            "n_train", "forced_classes"]
 
 
 # --------------------------------------------------------------------------- data
-def generate(path: Path, name: str, quick: bool, seed: int = 0) -> dict:
-    """Write train/val/test ``.npy`` files for one dataset; return its description."""
+#: regime B: label noise share, std exponent of the (rotated) spectrum, norm of the shared mean over the noise
+B_LABEL_NOISE = 0.07
+B_SPECTRUM = 0.25
+B_SHARED = 1.1
+REGIMES = ("A", "B")
+
+
+def sizes(name: str, scale: float) -> tuple[int, int, int, int, float]:
     n_train, n_val, n_test, k, sep = DATASETS[name]
-    if quick:
-        n_train, n_val, n_test = n_train // 10, n_val // 10, n_test // 10
-    geo = np.random.default_rng(seed)
-    scale = ((np.arange(DIM) + 1.0) ** -1.0).astype(np.float32)
-    scale *= np.float32(np.sqrt(DIM / float((scale.astype(np.float64) ** 2).sum())))
-    means = geo.standard_normal((k, DIM)).astype(np.float32) * scale
+    return (max(4 * k, int(n_train * scale)), max(2 * k, int(n_val * scale)), max(2 * k, int(n_test * scale)), k, sep)
+
+
+def generate(path: Path, name: str, scale: float = 1.0, regime: str = "A", seed: int = 0) -> dict:
+    """Write train/val/test ``.npy`` files for one dataset in one regime; return its description.
+
+    Regime A (the original construction): axis-aligned power-law spectrum (std ~ 1/i), one shared
+    mean direction, well-separated class means; lbfgs needs hundreds of iterations. Regime B: a
+    randomly rotated, flatter spectrum (std ~ i^-1/4), a shared mean in a random direction, closer
+    class means and 7 % label noise (in every split); lbfgs stops after tens of iterations.
+    """
+    if regime not in REGIMES:
+        raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
+    n_train, n_val, n_test, k, sep = sizes(name, scale)
+    geo = np.random.default_rng(seed if regime == "A" else [seed, 99])
+    if regime == "A":
+        scale_d = ((np.arange(DIM) + 1.0) ** -1.0).astype(np.float32)
+        rotation = None
+        shared = np.zeros(DIM, np.float32)
+        shared[0] = np.sqrt(DIM)
+    else:
+        scale_d = ((np.arange(DIM) + 1.0) ** -B_SPECTRUM).astype(np.float32)
+        q, r = np.linalg.qr(geo.standard_normal((DIM, DIM)))
+        rotation = (q * np.sign(np.diag(r))).astype(np.float32)
+        u = geo.standard_normal(DIM)
+        shared = (B_SHARED * np.sqrt(DIM) * u / np.linalg.norm(u)).astype(np.float32)
+        sep = sep * (0.6 if k == 2 else 0.5)
+    scale_d *= np.float32(np.sqrt(DIM / float((scale_d.astype(np.float64) ** 2).sum())))
+    means = geo.standard_normal((k, DIM)).astype(np.float32) * scale_d
     means *= sep * np.sqrt(DIM) / np.linalg.norm(means, axis=1, keepdims=True) / np.sqrt(2)
-    shared = np.zeros(DIM, np.float32)
-    shared[0] = np.sqrt(DIM)
     path.mkdir(parents=True, exist_ok=True)
+    row_sum, cos_n = np.zeros(DIM), 0
     for split, n, s in (("train", n_train, 1), ("val", n_val, 2), ("test", n_test, 3)):
-        rng = np.random.default_rng([seed, s])
+        rng = np.random.default_rng([seed, s] if regime == "A" else [seed, s, 99])
         y = rng.integers(0, k, n)
         X = np.lib.format.open_memmap(path / f"{split}_X.npy", mode="w+", dtype=np.float32, shape=(n, DIM))
         for a in range(0, n, 16384):
             e = min(n, a + 16384)
             block = rng.standard_normal((e - a, DIM), dtype=np.float32)
-            block *= scale
+            block *= scale_d
             block += means[y[a:e]]
+            if rotation is not None:
+                block = block @ rotation
             block += shared
             block /= np.linalg.norm(block, axis=1, keepdims=True)
             X[a:e] = block
+            if split == "train":
+                row_sum += block.sum(axis=0, dtype=np.float64)
+                cos_n += e - a
         X.flush()
         del X
+        if regime == "B":  # label noise: a share of the rows carry another class's label
+            flip = rng.random(n) < B_LABEL_NOISE
+            y[flip] = (y[flip] + rng.integers(1, k, int(flip.sum()))) % k
         np.save(path / f"{split}_y.npy", y)
-    return {"name": name, "n_train": n_train, "n_val": n_val, "n_test": n_test, "n_classes": k, "dim": DIM,
-            "feature_bytes": 4 * DIM * (n_train + n_val + n_test)}
+    return {"name": name, "regime": regime, "n_train": n_train, "n_val": n_val, "n_test": n_test, "n_classes": k,
+            "dim": DIM, "feature_bytes": 4 * DIM * (n_train + n_val + n_test),
+            # unit-norm rows: the mean cosine to the mean direction is the norm of the mean row
+            "mean_cosine": float(np.linalg.norm(row_sum)) / max(1, cos_n)}
 
 
 def load(path: Path):
@@ -181,7 +230,7 @@ def reference_grid(train, val, test) -> list[dict]:
                 au = float("nan")
             share = np.bincount(pred, minlength=k).max() / len(pred)
             rows.append({
-                "fraction": f, "seed": seed, "n_train": len(idx),
+                "fraction": f, "seed": seed, "n_train": len(idx), "lbfgs_iter": int(np.max(clf.n_iter_)),
                 "forced_classes": int(sum(len(np.where(ytr == c)[0]) * f < 1 for c in np.unique(ytr))),
                 "auroc": float(au),
                 "f1_macro": float(f1_score(yte, pred, average="macro", zero_division=0)),
@@ -197,13 +246,34 @@ def reference_grid(train, val, test) -> list[dict]:
     return rows
 
 
-# ------------------------------------------------------------------- (b), (c)
+# ------------------------------------------------------------------- (b), (c), (d)
 def ours_grid(train, val, test, backend: str) -> list[dict]:
     from prism_plugin.api import evaluate
+    from prism_plugin.protocol import probe as probe_mod
 
+    iters: list[tuple[int, int]] = []
+    if backend == "sklearn":  # record lbfgs's iteration count per fit (instrumentation only, outside the solver)
+        fit = probe_mod.LogisticProbe.fit
+
+        def counted(self, X, y):
+            out = fit(self, X, y)
+            if self.model is not None:
+                iters.append((len(y), int(np.max(self.model.n_iter_))))
+            return out
+
+        probe_mod.LogisticProbe.fit = counted
     probe = {"kind": "logistic", "C": 1.0, "max_iter": 1000, "backend": backend}
     runs = evaluate(train, val, test, fractions=FRACTIONS, seeds=SEEDS, probe=probe)
-    return runs.to_dict(orient="records")
+    rows = runs.to_dict(orient="records")
+    if iters:
+        by_n: dict[int, list[int]] = {}
+        for n, it in iters:
+            by_n.setdefault(n, []).append(it)
+        for r in rows:  # fits of one subset size come in grid order; the fraction-1.0 seeds share one fit
+            its = by_n.get(int(r["n_train"]))
+            if its:
+                r["lbfgs_iter"] = its.pop(0) if len(its) > 1 else its[0]
+    return rows
 
 
 # --------------------------------------------------------------------- worker
@@ -221,6 +291,7 @@ def _status(field: str) -> int:
 
 def worker(variant: str, data: Path, out: Path) -> None:
     import prism_plugin.api  # noqa: F401  (imports outside the timed region, as for every variant)
+    import prism_plugin.protocol.torch_probe  # noqa: F401
     import scipy.optimize  # noqa: F401
     import sklearn.linear_model  # noqa: F401
     import torch
@@ -230,8 +301,7 @@ def worker(variant: str, data: Path, out: Path) -> None:
     feature_bytes = sum(X.nbytes for X, _ in (train, val, test))
     load1 = os.getloadavg()[0]
     t0, c0 = time.perf_counter(), time.process_time()
-    rows = reference_grid(train, val, test) if variant == "reference" else \
-        ours_grid(train, val, test, "sklearn" if variant == "ours" else "torch")
+    rows = reference_grid(train, val, test) if variant == "reference" else ours_grid(train, val, test, BACKEND[variant])
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = _status("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result = {
@@ -257,22 +327,24 @@ def run_variant(variant: str, data: Path, work: Path, env: dict) -> dict:
     return json.loads(out.read_text())
 
 
-def run_generate(name: str, data: Path, quick: bool, env: dict) -> dict:
+def run_generate(name: str, regime: str, data: Path, scale: float, env: dict) -> dict:
     """Generate in a child process, so this one never holds the large arrays."""
-    _child(["--generate", name, "--data", str(data)] + (["--quick"] if quick else []), env)
+    _child(["--generate", name, "--regime", regime, "--data", str(data), "--scale", repr(scale)], env)
     return json.loads((data / "info.json").read_text())
 
 
-def column_diffs(a: list[dict], b: list[dict]) -> dict[str, float]:
+def _num(v) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def column_diffs(a: list[dict], b: list[dict], columns=METRICS) -> dict[str, float]:
     key = lambda r: (float(r["fraction"]), int(r["seed"]))  # noqa: E731
     bi = {key(r): r for r in b}
     diffs = {}
-    for col in METRICS:
+    for col in columns:
         worst = 0.0
         for r in a:
-            x, y = r.get(col), bi[key(r)].get(col)
-            x = float("nan") if x is None else float(x)
-            y = float("nan") if y is None else float(y)
+            x, y = _num(r.get(col)), _num(bi[key(r)].get(col))
             if np.isnan(x) and np.isnan(y):
                 continue
             worst = max(worst, abs(x - y) if not (np.isnan(x) or np.isnan(y)) else float("inf"))
@@ -280,9 +352,21 @@ def column_diffs(a: list[dict], b: list[dict]) -> dict[str, float]:
     return diffs
 
 
+def parse_scale(args) -> float:
+    if args.scale is not None:
+        if not 0 < args.scale <= 1:
+            raise SystemExit("--scale: must be in (0, 1], e.g. --scale 0.3")
+        return float(args.scale)
+    return 0.1 if args.quick else 1.0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="1/10-size data (finishes in a few minutes)")
+    p.add_argument("--quick", action="store_true", help="1/10-size data (= --scale 0.1; a few minutes)")
+    p.add_argument("--scale", type=float, default=None, help="every split's size times this factor (0 < s <= 1)")
+    p.add_argument("--regime", default="both", choices=("A", "B", "both"),
+                   help="data construction: A (axis-aligned power law, lbfgs slow), B (rotated flatter spectrum, "
+                        "overlapping classes, 7%% label noise; lbfgs stops early) or both (default)")
     p.add_argument("--datasets", default="pcam,crc", help="comma-separated subset of: " + ", ".join(DATASETS))
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS))
     p.add_argument("--workdir", type=Path, default=None, help="where the generated data go (default: a temp dir)")
@@ -298,8 +382,9 @@ def main(argv=None) -> int:
     if args.worker:
         worker(args.worker, args.data, args.out)
         return 0
+    scale = parse_scale(args)
     if args.generate:
-        info = generate(args.data, args.generate, args.quick)
+        info = generate(args.data, args.generate, scale, args.regime)
         (args.data / "info.json").write_text(json.dumps(info))
         return 0
     env = dict(os.environ)
@@ -310,6 +395,7 @@ def main(argv=None) -> int:
             env[var] = str(args.threads)
     names = [n.strip() for n in args.datasets.split(",") if n.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    regimes = list(REGIMES) if args.regime == "both" else [args.regime]
     for n in names:
         if n not in DATASETS:
             p.error(f"--datasets: unknown {n!r}; choose from {', '.join(DATASETS)}")
@@ -321,59 +407,135 @@ def main(argv=None) -> int:
     if work is None:
         tmp = tempfile.TemporaryDirectory(prefix="bench_grid-")
         work = Path(tmp.name)
-    report = {"mode": "quick" if args.quick else "full", "threads": args.threads, "machine": machine(),
-              "datasets": {}}
+    report = {"mode": f"scale {scale:g}", "scale": scale, "threads": args.threads, "machine": machine(),
+              "loadavg_start": os.getloadavg(), "datasets": {}}
+    print(f"bench_grid: scale {scale:g}, regimes {'+'.join(regimes)}, threads {args.threads or 'default'}, "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     t_all = time.perf_counter()
+    table = []
     try:
-        for name in names:
-            t0 = time.perf_counter()
-            info = run_generate(name, work / name, args.quick, env)
-            print(f"\n== {name}: {info['n_train']:,} x {DIM} train, {info['n_val']:,} val, {info['n_test']:,} test, "
-                  f"K = {info['n_classes']}, features {info['feature_bytes'] / 2**30:.2f} GiB "
-                  f"(generated in {time.perf_counter() - t0:.0f} s)", flush=True)
-            results = {}
-            for v in variants:
-                results[v] = run_variant(v, work / name, work, env)
-                r = results[v]
-                print(f"   {v:<9} {r['seconds']:8.1f} s  cpu {r['cpu_seconds']:7.1f} s  peak RSS "
-                      f"{r['peak_rss'] / 2**30:5.2f} GiB = {r['peak_rss'] / r['feature_bytes']:.2f} x features "
-                      f"(+{(r['peak_rss'] - r['baseline_rss']) / r['feature_bytes']:.2f} x over the "
-                      f"{r['baseline_rss'] / 2**20:.0f} MiB after imports)  load {r['loadavg_start']:.1f}"
-                      f"->{r['loadavg_end']:.1f}", flush=True)
-            summary = summarise(results)
-            for line in summary.pop("lines"):
-                print(line)
-            report["datasets"][name] = {"data": info, "summary": summary,
-                                        "variants": {v: {k: x for k, x in r.items() if k != "rows"}
-                                                     for v, r in results.items()},
-                                        "rows": {v: r["rows"] for v, r in results.items()}}
+        for regime in regimes:
+            for name in names:
+                t0 = time.perf_counter()
+                tag = f"{name}-{regime}"
+                info = run_generate(name, regime, work / tag, scale, env)
+                print(f"\n== {name}, regime {regime}: {info['n_train']:,} x {DIM} train, {info['n_val']:,} val, "
+                      f"{info['n_test']:,} test, K = {info['n_classes']}, features "
+                      f"{info['feature_bytes'] / 2**30:.2f} GiB, mean cosine to the mean direction "
+                      f"{info['mean_cosine']:.2f} (generated in {time.perf_counter() - t0:.0f} s)", flush=True)
+                results = {}
+                for v in variants:
+                    results[v] = run_variant(v, work / tag, work, env)
+                    r = results[v]
+                    print(f"   {v:<9} {r['seconds']:8.1f} s  cpu {r['cpu_seconds']:7.1f} s  peak RSS "
+                          f"{r['peak_rss'] / 2**30:5.2f} GiB = {r['peak_rss'] / r['feature_bytes']:.2f} x features "
+                          f"(+{(r['peak_rss'] - r['baseline_rss']) / r['feature_bytes']:.2f} x over the "
+                          f"{r['baseline_rss'] / 2**20:.0f} MiB after imports)  load {r['loadavg_start']:.1f}"
+                          f"->{r['loadavg_end']:.1f}", flush=True)
+                summary = summarise(results)
+                for line in summary.pop("lines"):
+                    print(line)
+                for v, r in results.items():
+                    s_v = summary.get(v, {})
+                    table.append((regime, name, v, r["seconds"], r["cpu_seconds"], s_v.get("speedup_vs_reference"),
+                                  s_v.get("speedup_vs_exact"), s_v.get("cpu_speedup_vs_reference"),
+                                  s_v.get("cpu_speedup_vs_exact"), r["peak_rss"] / r["feature_bytes"],
+                                  (r["peak_rss"] - r["baseline_rss"]) / r["feature_bytes"]))
+                report["datasets"][tag] = {"data": info, "summary": summary,
+                                           "variants": {v: {k: x for k, x in r.items() if k != "rows"}
+                                                        for v, r in results.items()},
+                                           "rows": {v: r["rows"] for v, r in results.items()}}
     finally:
         if tmp is not None:
             tmp.cleanup()
-    print(f"\ntotal {time.perf_counter() - t_all:.0f} s")
+    print("\n== every variant, every regime (speed-ups: the other's seconds over this variant's; wall clock and, "
+          "steadier on a shared machine, CPU seconds: every variant is single-threaded)")
+    print(f"   {'regime':<6} {'data':<5} {'variant':<9} {'wall s':>7} {'cpu s':>7} {'x ref':>6} {'x exact':>7} "
+          f"{'cpu x ref':>9} {'cpu x exact':>11} {'RSS/feat':>8} {'+RSS/feat':>9}")
+    fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    for regime, name, v, sec, cpu, xr, xe, cr, ce, rss, drss in table:
+        print(f"   {regime:<6} {name:<5} {v:<9} {sec:7.1f} {cpu:7.1f} {fmt(xr):>6} {fmt(xe):>7} {fmt(cr):>9} "
+              f"{fmt(ce):>11} {rss:8.2f} {drss:9.2f}")
+    report["table"] = [dict(zip(("regime", "data", "variant", "seconds", "cpu_seconds", "x_reference", "x_exact",
+                                 "cpu_x_reference", "cpu_x_exact", "rss_over_features", "rss_increase_over_features"),
+                                t)) for t in table]
+    report["loadavg_end"] = os.getloadavg()
+    print(f"\ntotal {time.perf_counter() - t_all:.0f} s; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))
     return 0
 
 
+def _iterations(rows: list[dict]) -> str:
+    by_f: dict[float, list[int]] = {}
+    for r in rows:
+        if r.get("lbfgs_iter") is not None:
+            by_f.setdefault(float(r["fraction"]), []).append(int(r["lbfgs_iter"]))
+    return ", ".join(f"{f:g}: {min(v)}" + (f"-{max(v)}" if max(v) != min(v) else "") for f, v in sorted(by_f.items()))
+
+
 def summarise(results: dict) -> dict:
     out: dict = {"lines": []}
-    ref = results.get("reference")
-    for v in ("ours", "torch"):
+    ref, exact = results.get("reference"), results.get("ours")
+    for v in ("ours", "torch", "fast"):
         if v not in results:
             continue
         r = results[v]
+        entry: dict = {}
+        parts = []
         if ref is not None:
-            ratio = ref["seconds"] / r["seconds"]
             diffs = column_diffs(ref["rows"], r["rows"])
-            worst = max(diffs.values())
-            out[v] = {"speedup_vs_reference": ratio, "max_column_diff": worst, "column_diffs": diffs}
-            out["lines"].append(f"   {v}: {ratio:.2f}x the reference loop; max |diff| over all columns {worst:.3g}")
-            out["lines"].append("      " + ", ".join(f"{c} {d:.2g}" for c, d in diffs.items()))
+            entry.update(speedup_vs_reference=ref["seconds"] / r["seconds"], max_column_diff=max(diffs.values()),
+                         column_diffs=diffs)
+            parts.append(f"{entry['speedup_vs_reference']:.2f}x the reference loop")
+        if ref is not None:
+            entry["cpu_speedup_vs_reference"] = ref["cpu_seconds"] / r["cpu_seconds"]
+            parts[-1] += f" ({entry['cpu_speedup_vs_reference']:.2f}x in CPU seconds)"
+        if exact is not None:
+            entry["speedup_vs_exact"] = exact["seconds"] / r["seconds"]
+            entry["cpu_speedup_vs_exact"] = exact["cpu_seconds"] / r["cpu_seconds"]
+            if v != "ours":
+                agree = column_diffs(exact["rows"], r["rows"], AGREEMENT)
+                entry["agreement_with_exact"] = agree
+                parts.append(f"{entry['speedup_vs_exact']:.2f}x exact ({entry['cpu_speedup_vs_exact']:.2f}x in CPU "
+                             f"seconds)")
+        out[v] = entry
+        out["lines"].append(f"   {v}: " + ("; ".join(parts) or "no reference to compare"))
+        if v == "ours" and "column_diffs" in entry:
+            out["lines"].append(f"      max |diff| over all columns vs the reference loop {entry['max_column_diff']:.3g}")
+        if "agreement_with_exact" in entry:
+            a = entry["agreement_with_exact"]
+            out["lines"].append("      max |diff| vs exact: AUROC {auroc:.2g}, ECE {ece_fixed:.2g}, scaled ECE "
+                                "{ece_scaled_fixed:.2g}, T {temperature:.2g}".format(**a))
         if v == "torch":
             conv = [row.get("probe_converged") for row in r["rows"]]
-            out["lines"].append(f"   torch fits converged: {sum(bool(c) for c in conv)}/{len(conv)} runs")
+            out["lines"].append(f"      torch fits converged: {sum(bool(c) for c in conv)}/{len(conv)} runs")
+        if v == "fast":
+            out["lines"].append("      " + fast_stats(r["rows"]))
+    src = exact or ref
+    if src is not None:
+        out["exact_lbfgs_iterations"] = _iterations(src["rows"])
+        out["lines"].append(f"   exact-mode lbfgs iterations per fraction: {out['exact_lbfgs_iterations']}")
     return out
+
+
+def fast_stats(rows: list[dict]) -> str:
+    """What fast mode's solver did, from its runs.csv columns."""
+    solvers: dict[str, int] = {}
+    for r in rows:
+        solvers[str(r.get("probe_solver"))] = solvers.get(str(r.get("probe_solver")), 0) + 1
+    its = _iterations([{**r, "lbfgs_iter": r.get("probe_iter")} for r in rows])
+    pc = [r for r in rows if r.get("probe_solver") == "lbfgs-preconditioned"]
+    if not pc:
+        return (f"fast solver: {', '.join(f'{k} x{n}' for k, n in solvers.items())} (every fit exactly as exact "
+                f"mode: the cost model predicted no saving)")
+    grads = [_num(r.get("probe_grad_max")) for r in pc]
+    bounds = [_num(r.get("probe_decision_bound")) for r in pc]
+    finite = [b for b in bounds if np.isfinite(b)]
+    cert = (f"certified decision-value bound finite for {len(finite)}/{len(pc)} (max {max(finite):.2g})"
+            if finite else "no finite certified bound (tol 1e-4 on large n)")
+    return (f"fast solver: {', '.join(f'{k} x{n}' for k, n in solvers.items())}; iterations per fraction {its}; "
+            f"preconditioned fits stopped at max |grad| <= {max(grads):.1e}; {cert}")
 
 
 def machine() -> dict:

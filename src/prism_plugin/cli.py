@@ -88,8 +88,9 @@ def main_parser(host=None) -> argparse.ArgumentParser:
                         "switched off): logistic (PRISM default), logistic_std, knn1, centroid, centroid_cos, "
                         "linear_svm, or a plugin's head (see `prism-run ls heads`). The hematology tasks run "
                         "[logistic_std, knn1] x split_seeds [0..4] unless told otherwise (--set split_seeds=[0])")
-    p.add_argument("--probe-backend", choices=("sklearn", "torch"), default=None,
-                   help="logistic probe solver: sklearn lbfgs (reference, default) or the converged torch backend")
+    p.add_argument("--probe-backend", choices=("sklearn", "torch", "fast"), default=None,
+                   help="logistic probe solver: sklearn lbfgs (exact, the reference, default), the converged torch "
+                        "backend, or fast (same objective, never slower than exact; runs.csv says what it did)")
     p.add_argument("--bootstrap", type=int, default=None, metavar="N",
                    help="test-set bootstrap replicates per run for the confidence intervals (= --set "
                         "bootstrap.n=N; default 200, 0 = off)")

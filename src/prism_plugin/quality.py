@@ -315,11 +315,24 @@ def check_train_classes(runs: pd.DataFrame, ctx: QualityContext) -> list[Flag]:
                   min_per_class=float(per[mask].min()))]
 
 
+def check_fast_solver(runs: pd.DataFrame, ctx: QualityContext) -> list[Flag]:
+    """Runs whose probe the fast backend fitted with its own solver (not exact mode's lbfgs): their numbers
+    agree with exact mode only within the measured tolerance, so they are not exact-mode numbers."""
+    if "probe_solver" not in runs or "probe_backend" not in runs:
+        return []
+    mask = (runs["probe_backend"].astype(str) == "fast") & (runs["probe_solver"].astype(str) == "lbfgs-preconditioned")
+    if not mask.any():
+        return []
+    from prism_plugin.protocol.probe import fast_mode_note
+
+    return [_flag("fast_solver", "warning", f"{fast_mode_note(runs)} ({where_text(runs, mask)})", runs, mask)]
+
+
 Check = Callable[[pd.DataFrame, QualityContext], list[Flag]]
 #: The built-in checks, in the order their flags are listed (registered as the ``checks`` catalogue
 #: by :func:`register_checks`; a plugin adds its own through the same hook).
 CHECKS: tuple[Check, ...] = (check_test_classes, check_convergence, check_collapse, check_temperature_bounds,
-                             check_nll, check_train_classes)
+                             check_nll, check_train_classes, check_fast_solver)
 
 _CHECK_NAMES = {
     check_test_classes: ("test_classes", "a test split with one class; a test class with fewer than 10 samples"),
@@ -328,6 +341,7 @@ _CHECK_NAMES = {
     check_temperature_bounds: ("temperature_bounds", "a fitted temperature within 0.001 of a search bound"),
     check_nll: ("nll_after_scaling", "a test NLL that got worse after temperature scaling"),
     check_train_classes: ("train_classes", "fewer than 5 training samples per class at a fraction (info)"),
+    check_fast_solver: ("fast_solver", "runs fitted by the fast backend's own solver (within tolerance of exact)"),
 }
 
 

@@ -55,6 +55,8 @@ LEADING_COLUMNS = [
 ]
 TRAILING_COLUMNS = [
     "n_val", "n_val_prop", "forced_val_classes", "n_test", "task", "adapter", "probe", "probe_converged", "probe_backend",
+    # what the fast solver did (prism_plugin.protocol.probe.FAST_COLUMNS; fast mode only)
+    "probe_solver", "probe_iter", "probe_grad_max", "probe_step_max", "probe_decision_bound", "probe_init",
     "reference_table",
 ]
 

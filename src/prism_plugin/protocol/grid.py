@@ -90,6 +90,7 @@ class _Fit:
     seconds: float
     backend: str | None = None
     head: Any = None
+    stats: dict | None = None  # what the solver did (fast mode's runs.csv columns); None otherwise
 
 
 def run_grid(
@@ -118,9 +119,10 @@ def run_grid(
     reusable = spec.reuse_identical_fits and bool(host.head_traits(head_kind).get("seed_invariant"))
     last: _Fit | None = None
     rows: dict[RunKey, dict] = {}
-    for key in grid_keys(spec):
-        if skip(key):
-            continue
+    todo = [key for key in grid_keys(spec) if not skip(key)]  # skip() once per key, in grid order
+    # shared by this call's fits of a head with prepare_grid (fast mode: the plan, warm starts)
+    grid_state: dict = {"keys": tuple(todo)}
+    for key in todo:
         subset = stratified_subset(train.y, key.fraction, key.seed)
         digest = hashlib.sha1(subset.indices.tobytes()).hexdigest()
         if not (reusable and last is not None and last.digest == digest):
@@ -129,6 +131,9 @@ def run_grid(
                 head = factory(seed=key.seed, **head_settings)
             except TypeError as exc:
                 raise PrismError(f"probe settings {dict(head_settings)} rejected by head {head_kind!r}: {exc}") from None
+            prepare = getattr(head, "prepare_grid", None)
+            if callable(prepare):
+                prepare(grid_state, train, key)
             if len(subset.indices) == len(train):  # the whole (sorted) set: no copy of the matrix
                 X_sub = np.asarray(train.X, dtype=np.float32)
             else:
@@ -143,6 +148,7 @@ def run_grid(
                 backend=getattr(head, "backend", None),
                 seconds=time.perf_counter() - t0,
                 head=head,
+                stats=getattr(head, "solver_stats", None),
             )
         row = _score(key, subset, last, train, val, test, n_classes, spec, host, ident, head_kind)
         rows[key] = row
@@ -225,6 +231,8 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
 
         row.update(float32_columns(run, fit.test.proba, row))
     row.update(extra)
+    if fit.stats:
+        row.update(fit.stats)
     row.update({
         "task": run.task,
         "adapter": run.adapter,

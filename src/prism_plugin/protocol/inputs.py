@@ -610,8 +610,11 @@ def check_probe(probe: Mapping[str, Any], where: str = "probe") -> dict[str, Any
         out["max_iter"] = _integer(out["max_iter"], f"{where}.max_iter", 1, 10**7)
     if "tol" in out:
         out["tol"] = _finite_number(out["tol"], f"{where}.tol", 0.0, 1.0)
-    if out.get("backend", "sklearn") not in ("sklearn", "torch"):
-        raise PrismError(f"{where}.backend: must be 'sklearn' or 'torch', got {out['backend']!r}")
+    from prism_plugin.protocol.probe import BACKENDS
+
+    if out.get("backend", "sklearn") not in BACKENDS:
+        raise PrismError(f"{where}.backend: must be 'sklearn' (reference, default), 'torch' or 'fast', "
+                         f"got {out['backend']!r}")
     return out
 
 

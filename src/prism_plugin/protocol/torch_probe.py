@@ -69,6 +69,11 @@ class TorchFit:
     grad_max: float
     converged: bool
     device: str
+    #: the largest change of a training logit in the last step (how much the fit was still moving)
+    step_max: float = float("nan")
+    #: ``certify=True``: a certified bound on ``|x~ . (theta - theta*)|`` for rows no longer than the
+    #: longest training row (binary only; ``inf`` where strong convexity cannot certify one, NaN untried)
+    decision_bound: float = float("nan")
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -203,6 +208,64 @@ class _Preconditioner:
         return v @ self.inv
 
 
+class SharedMoment:
+    """``E[x~ x~^T]`` of a row sample of the *whole* training split, eigendecomposed once (fast mode).
+
+    Every label fraction draws its rows from the same split, so one estimate serves every fit of a
+    grid: :meth:`for_fit` gives ``(alpha S + lambda I)^-1`` for one fit's ``alpha`` and ``lambda``
+    as two products with the eigenvectors, with no per-fit factorisation. (``lambda`` is added to
+    the intercept coordinate too, where ``alpha`` dominates it by orders of magnitude.)
+    """
+
+    def __init__(self, X: np.ndarray, device: torch.device | str = "cpu", rows: int | None = None,
+                 rank: int | None = None):
+        dev = torch.device(device)
+        rows = PRECONDITIONER_ROWS if rows is None else int(rows)
+        n, d = X.shape
+        idx = np.unique(np.linspace(0, n - 1, min(n, rows)).round().astype(np.int64))
+        m = idx.size
+        self.rows, self.tail = int(m), 0.0
+        with _exact_fp32(dev), torch.no_grad():
+            Xs = _as_tensor(np.ascontiguousarray(X[idx], dtype=np.float32), dev)
+            if rank is None or rank >= d + 1:
+                S = torch.zeros((d + 1, d + 1), dtype=torch.float64, device=dev)
+                S[:d, :d] = (Xs.T @ Xs).to(torch.float64)
+                S[:d, d] = Xs.sum(dim=0, dtype=torch.float64)
+                S[d, :d] = S[:d, d]
+                S[d, d] = m
+                S /= m
+                # float32 is plenty for a preconditioner and twice as fast as float64
+                evals, vectors = torch.linalg.eigh(S.to(torch.float32))
+            else:  # the top `rank` eigenpairs from the sample (randomised subspace iteration), the rest's mean
+                Xa = torch.cat([Xs, torch.ones((m, 1), dtype=torch.float32, device=dev)], dim=1).to(torch.float64)
+                gen = torch.Generator(device="cpu").manual_seed(0)
+                Q = torch.randn((d + 1, rank + 8), generator=gen, dtype=torch.float64).to(dev)
+                for _ in range(3):
+                    Q = torch.linalg.qr(Xa.T @ (Xa @ Q))[0]
+                XQ = Xa @ Q
+                evals, U = torch.linalg.eigh(XQ.T @ XQ / m)
+                evals, U = evals[-rank:], U[:, -rank:]
+                vectors = Q @ U
+                trace = float((Xa * Xa).sum()) / m
+                self.tail = max(0.0, (trace - float(evals.sum())) / (d + 1 - rank))
+        self.values = evals.to(torch.float64).clamp_min(0.0)
+        self.vectors = vectors.to(torch.float64)
+
+    def for_fit(self, alpha: float, lam: float):
+        jitter = 1e-10 * alpha * float(self.values.mean())
+        scale = 1.0 / (alpha * self.values + lam + jitter)
+        V = self.vectors
+        if V.shape[1] == V.shape[0]:
+            def apply(v: torch.Tensor) -> torch.Tensor:
+                return ((v @ V) * scale) @ V.T
+            return apply
+        rest = 1.0 / (alpha * self.tail + lam + jitter)
+
+        def apply_low_rank(v: torch.Tensor) -> torch.Tensor:
+            return ((v @ V) * (scale - rest)) @ V.T + rest * v
+        return apply_low_rank
+
+
 def _dot(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a * b).sum())
 
@@ -216,8 +279,20 @@ def fit_logistic(
     tol: float = DEFAULT_TOL,
     max_iter: int = 1000,
     device: str | torch.device | None = "auto",
+    init: np.ndarray | None = None,
+    preconditioner: "SharedMoment | bool" = True,
+    certify: bool | float = False,
+    verify: bool = True,
 ) -> TorchFit:
     """Fit the L2-penalised logistic probe to ``max |grad| <= tol`` (see the module docstring).
+
+    Fast mode's hooks: ``init`` (K' x (D + 1), ``[coef | intercept]``) starts from a given point
+    (a warm start) instead of zero; ``preconditioner`` is ``True`` (estimated on this fit's rows,
+    the default), a :class:`SharedMoment` estimated once for the whole grid, or ``False`` (plain
+    L-BFGS). ``verify=False`` trusts the logits updated along the steps (float32 products, exact
+    to ~1e-6) when testing convergence instead of recomputing them (two passes saved per fit).
+    ``certify``: also compute :attr:`TorchFit.decision_bound`; a number is the largest row norm
+    of the features (saves the pass that measures it).
 
     ``X`` is float32 (N x D), ``y`` integer labels 0..K-1; ``n_classes``
     defaults to ``y.max() + 1``. For K = 2 the result has one weight row
@@ -232,22 +307,34 @@ def fit_logistic(
     dev = resolve_device(device)
     with _exact_fp32(dev), torch.no_grad():
         prob = _Problem(_as_tensor(X, dev), torch.from_numpy(y).to(dev), k, C)
-        precond = _Preconditioner(prob.X, 0.25 if prob.binary else 1.0 / k, prob.lam)
-        theta = torch.zeros((prob.k, prob.d + 1), dtype=torch.float64, device=dev)
-        z = torch.zeros((prob.n, prob.k), dtype=torch.float64, device=dev)
+        alpha = 0.25 if prob.binary else 1.0 / k
+        if isinstance(preconditioner, SharedMoment):
+            precond = preconditioner.for_fit(alpha, prob.lam)
+        elif preconditioner:
+            precond = _Preconditioner(prob.X, alpha, prob.lam)
+        else:
+            def precond(v):
+                return v
+        if init is None:
+            theta = torch.zeros((prob.k, prob.d + 1), dtype=torch.float64, device=dev)
+            z = torch.zeros((prob.n, prob.k), dtype=torch.float64, device=dev)
+        else:
+            theta = torch.from_numpy(np.array(init, dtype=np.float64).reshape(prob.k, prob.d + 1)).to(dev)
+            z = prob.logits(theta)
         f, g = prob.value_grad(theta, z)
         gmax = float(g.abs().max())
         hist: deque = deque(maxlen=HISTORY)
         gamma, n_iter, since_refresh, failures = 1.0, 0, 0, 0
+        step_max = float("nan")
         while n_iter < max_iter:
-            if gmax <= tol or since_refresh >= REFRESH:
+            if (gmax <= tol and verify) or since_refresh >= REFRESH:
                 if since_refresh:  # exact logits before trusting (or after drifting from) the updates
                     z = prob.logits(theta)
                     f, g = prob.value_grad(theta, z)
                     gmax = float(g.abs().max())
                     since_refresh = 0
-                if gmax <= tol:
-                    break
+            if gmax <= tol:
+                break
             d = -_two_loop(g, hist, precond, gamma)
             gd = _dot(g, d)
             if not gd < 0:  # lost descent (numerical trouble): restart from the preconditioned gradient
@@ -274,14 +361,17 @@ def fit_logistic(
                 gamma = sy / _dot(yv, precond(yv))
             theta = theta + s
             z = z + t * u
+            step_max = t * float(u.abs().max())
             f, g = f_new, g_new
             gmax = float(g.abs().max())
             n_iter += 1
             since_refresh += 1
-        if since_refresh:
+        if since_refresh and verify:
             z = prob.logits(theta)
             f, g = prob.value_grad(theta, z)
             gmax = float(g.abs().max())
+        bound = _certified_bound(prob, z, g, None if certify is True else float(certify)) \
+            if certify is not False else float("nan")
         if not prob.binary:  # the optimum has sum_k theta_k = 0; remove rounding drift
             theta = theta - theta.mean(dim=0, keepdim=True)
         theta_np = theta.cpu().numpy()
@@ -293,7 +383,59 @@ def fit_logistic(
         grad_max=gmax,
         converged=bool(gmax <= tol),
         device=str(dev),
+        step_max=step_max,
+        decision_bound=bound,
     )
+
+
+def _certified_bound(prob: "_Problem", z: torch.Tensor, g: torch.Tensor, row_norm_max: float | None = None) -> float:
+    """A certified bound on how far the decision values are from the exact optimum (binary).
+
+    On a ball of radius r around theta every logit moves by at most ``r ||x~_i||``, so the loss
+    curvature of row i is at least ``s_i(r) = sigma'(|z_i| + r ||x~_i||)``, and the Hessian is at
+    least ``lambda I_W + s_bar(r) x~_m x~_m^T`` in the worst direction (Jensen; the smallest
+    eigenvalue of that 2 x 2 form is at least ``mu(r) = lambda s_bar / (lambda + s_bar (1 + R^2))``,
+    R the longest row). ``||g||`` includes an allowance for the float32 rounding of the gradient's
+    products (their typical size, not a worst case). If ``r > 2 ||g|| / mu(r)`` the optimum lies in the ball (f rises on its
+    surface) and ``||theta - theta*|| <= ||g|| / mu(r)``; a decision value of a row of norm <= R
+    is then within ``sqrt(1 + R^2)`` times that. ``inf`` when no radius qualifies (a loose
+    gradient tolerance on a large n: lambda = 1 / (C n) is all the curvature it can count on).
+    """
+    if not prob.binary:
+        return float("nan")
+    if row_norm_max is None:
+        norms = torch.empty(prob.n, dtype=torch.float64, device=prob.dev)
+        for a in range(0, prob.n, prob.chunk):
+            norms[a:a + prob.chunk] = torch.linalg.vector_norm(prob.X[a:a + prob.chunk], dim=1).to(torch.float64)
+        R = float(norms.max()) if prob.n else 0.0
+    else:
+        R = float(row_norm_max)
+    xt = math.sqrt(R * R + 1.0)  # every row's ||x~|| <= this
+    absz = z[:, 0].abs()
+    # the gradient's W part comes from float32 products: allow their typical rounding error
+    # (eps32 sqrt(chunk) per chunk sum of |G_i| |x_ij| <= |G_i| R), per coordinate, on top of ||g||
+    G_abs = float((torch.sigmoid(z[:, 0]) - prob.yf).abs().sum()) / max(1, prob.n)
+    rounding = 2.0 ** -24 * math.sqrt(min(prob.n, prob.chunk)) * G_abs * R * math.sqrt(prob.d)
+    gnorm = float(g.norm()) + rounding
+    lam = prob.lam
+
+    def mu(r: float) -> float:
+        t = torch.sigmoid(absz + r * xt)
+        s_bar = float((t * (1.0 - t)).mean())
+        return lam * s_bar / (lam + s_bar * (1.0 + R * R)) if s_bar > 0 else 0.0
+
+    if gnorm == 0.0:
+        return 0.0
+    m0 = mu(0.0)
+    r = 2.0 * gnorm / m0 if m0 > 0 else math.inf
+    for _ in range(40):  # r_{k+1} = 1.05 * 2 ||g|| / mu(r_k): increasing; stop where r >= 2 ||g|| / mu(r)
+        if not math.isfinite(r) or r > 1e6:
+            return math.inf
+        m = mu(r)
+        if m > 0 and r >= 2.0 * gnorm / m:
+            return gnorm / m * math.sqrt(1.0 + R * R)
+        r = 1.05 * 2.0 * gnorm / m if m > 0 else math.inf
+    return math.inf
 
 
 def _two_loop(g, hist, precond, gamma):

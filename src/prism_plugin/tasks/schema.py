@@ -491,8 +491,10 @@ def normalise_probe(raw: Any, c: Checker, key: str = "probe") -> dict[str, Any]:
             c.attempt(lambda: c.integer(raw["max_iter"], f"{key}.max_iter", 1, 10**7))
         if "tol" in raw:
             c.attempt(lambda: c.number(raw["tol"], f"{key}.tol", 0.0, 1.0, lo_open=True))
-        if raw.get("backend", "sklearn") not in ("sklearn", "torch"):
-            c.add(c.fail(f"{key}.backend", "must be 'sklearn' (reference, default) or 'torch', got "
+        from prism_plugin.protocol.probe import BACKENDS
+
+        if raw.get("backend", "sklearn") not in BACKENDS:
+            c.add(c.fail(f"{key}.backend", "must be 'sklearn' (reference, default), 'torch' or 'fast', got "
                                            f"{short_repr(raw['backend'])}"))
     return {**({"C": 1.0, "max_iter": 1000} if kind_p == "logistic" else {}), **raw, "kind": kind_p}
 
