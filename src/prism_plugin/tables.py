@@ -150,18 +150,18 @@ def tables_from_results(paths, host=None, *, label_models_by_input: bool = False
     def input_of(file: Path) -> str:
         return next((lab for p, lab in labels if file == p or p in file.parents), "")
 
-    files = [(f, input_of(f)) for f in find_runs_files(paths)]
+    # each runs.csv read once: the labelling below and the routing after it share the frames
+    frames = [(f, input_of(f), read_run_table(f, ("model", "fraction", "seed"))) for f in find_runs_files(paths)]
+    clash: set[str] = set()
     if label_models_by_input:  # a (model, task) found under two inputs: that model is labelled by input
         where: dict[tuple[str, str], set[str]] = {}
-        for file, label in files:
-            df = read_run_table(file, ("model",))
+        for _file, label, df in frames:
             tasks = df["task"].astype(str) if "task" in df else pd.Series("", index=df.index)
             for key in set(zip(df["model"].astype(str), tasks)):
                 where.setdefault(key, set()).add(label)
-        clash = {m for (m, _), labels in where.items() if len(labels) > 1}
-    for file, label in files:
-        df = read_run_table(file, ("model", "fraction", "seed"))
-        if label_models_by_input and clash:
+        clash = {model for (model, _task), inputs in where.items() if len(inputs) > 1}
+    for file, label, df in frames:
+        if clash:
             df["model"] = [f"{m} · {label}" if str(m) in clash else m for m in df["model"]]
         if "sweep_key" in df:  # probe-sensitivity variants: read by `prism-run sensitivity`, not here
             is_sweep = df["sweep_key"].notna()
