@@ -14,6 +14,14 @@ size, same number of torch threads.
 
 Prints tiles/s for both and their ratio (target >= 0.9 on CPU). Not a test:
 numbers depend on the machine.
+
+    python benchmarks/bench_extract.py --extract-workers 2 --n 512      # 1 vs 2 local worker processes
+    python benchmarks/bench_extract.py --extract-workers 2 --ray        # 1 vs 2 Ray actors (local instance)
+
+With ``--extract-workers N`` it compares instead one in-process extraction with the same split
+sharded over N workers (``prism-run --extract-workers N``), interleaved, each into a fresh cache
+entry: wall time (worker start-up, adapter build, decode, forward, shard writes, merge), the ratio,
+and whether the two ``features.npy`` files are byte-identical.
 """
 
 from __future__ import annotations
@@ -53,7 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--repeat", type=int, default=3, help="timed (bare, pipeline) pairs; best of each is reported")
+    p.add_argument("--extract-workers", type=int, default=1, metavar="N",
+                   help="compare 1 worker with N extraction workers instead (see above)")
+    p.add_argument("--ray", action="store_true", help="with --extract-workers: Ray actors on a local instance")
+    p.add_argument("--shard", type=int, default=None, help="tiles per shard ($PRISM_SHARD_SIZE; default n / 8)")
     args = p.parse_args(argv)
+    if args.extract_workers > 1:
+        return compare_workers(args)
 
     import numpy as np
     import torch
@@ -148,6 +162,64 @@ def main(argv: list[str] | None = None) -> int:
     if load > (os.cpu_count() or 1):
         print(f"note: load average {load:.1f} exceeds {os.cpu_count()} CPUs; other processes share the machine")
     return 0
+
+
+def compare_workers(args) -> int:
+    """1 worker (in-process) against ``args.extract_workers`` workers on the same tiles: interleaved pairs."""
+    import numpy as np
+
+    from prism_plugin.data.sources import ImageSplit
+    from prism_plugin.embed.cache import SHARD_ENV, EmbeddingCache
+    from prism_plugin.embed.extract import extract_split
+    from prism_plugin.embed.workers import LocalShardWorkers, RayShardWorkers
+    from prism_plugin.model_adapters.timm_generic import TimmAdapter
+
+    os.environ[SHARD_ENV] = str(args.shard or max(1, args.n // 8))
+    ray = None
+    if args.ray:
+        import logging
+
+        import ray
+
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    workers = (RayShardWorkers(args.extract_workers, ray, args.device) if ray is not None
+               else LocalShardWorkers(args.extract_workers, args.device))
+    loader_workers = args.workers if args.workers is not None else 0
+    with tempfile.TemporaryDirectory(prefix="prism-bench-") as tmp:
+        tmp = Path(tmp)
+        (tmp / "tiles").mkdir()
+        paths = make_tiles(tmp / "tiles", args.n, args.tile_size)
+        labels = np.zeros(args.n, dtype=np.int64)
+        times: dict[str, list[float]] = {"one": [], "many": []}
+        digests: dict[str, set[bytes]] = {"one": set(), "many": set()}
+        for rep in range(args.repeat):
+            for kind in ("one", "many"):
+                adapter = TimmAdapter(args.arch, pretrained=False, pooling="cls", batch_size=args.batch)
+                split = ImageSplit(paths=paths, labels=labels, fingerprint=f"bench-{kind}-{rep}")
+                entry = EmbeddingCache(tmp / f"cache-{kind}-{rep}").entry(adapter.fingerprint(), split.fingerprint, "t")
+                t0 = time.perf_counter()
+                with entry.lock():  # the build is inside the timing on both sides (each worker builds its own)
+                    extract_split(adapter, split, entry, num_workers=loader_workers, progress=False,
+                                  workers=workers if kind == "many" else None)
+                times[kind].append(time.perf_counter() - t0)
+                digests[kind].add((entry.dir / "features.npy").read_bytes())
+    one, many = min(times["one"]), min(times["many"])
+    where = "Ray actors (local instance)" if ray is not None else "local processes"
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; model {args.arch} (random weights), "
+          f"{args.n} tiles {args.tile_size}px, batch {args.batch}, shard {os.environ[SHARD_ENV]}, "
+          f"DataLoader workers {loader_workers}")
+    rows = [("1 worker (in-process)", one, times["one"]),
+             (f"{args.extract_workers} workers ({where})", many, times["many"])]
+    width = max(len(r[0]) for r in rows)
+    for name, best, runs in rows:
+        print(f"{name:<{width}} : {args.n / best:8.1f} tiles/s ({best:.2f} s; runs {', '.join(f'{t:.2f}' for t in runs)})")
+    print(f"{'speed-up, N workers / 1':<{width}} : {one / many:8.3f} (best of each); per pair: "
+          f"{', '.join(f'{a / b:.3f}' for a, b in zip(times['one'], times['many']))}")
+    same = len(digests["one"] | digests["many"]) == 1
+    print(f"features.npy byte-identical across all {2 * args.repeat} extractions: {same}")
+    if ray is not None:
+        ray.shutdown()
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

@@ -105,6 +105,8 @@ def main_parser(host=None) -> argparse.ArgumentParser:
                    help="run even if split sizes differ from those recorded in the task")
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:1, mps")
     p.add_argument("--num-workers", type=int, default=None, metavar="N", help="DataLoader workers for extraction")
+    p.add_argument("--extract-workers", type=int, default=1, metavar="N",
+                   help="embed each split in N worker processes (or N Ray actors with --executor ray); one GPU each when there are GPUs")
     p.add_argument("--offline", action="store_true", help="never touch the network (sets HF_HUB_OFFLINE=1)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the runs.csv of an existing results folder even when this grid drops some of "

@@ -10,6 +10,10 @@ the same for every executor and the assembled ``runs.csv`` is byte-identical.
 
 On several machines (Ray) the cache and the embedding folders must be on a
 file system every worker can read.
+
+Extraction (``--extract-workers N``) uses the same executor choice: the missing shards of one
+split go to N spawned processes (``--executor local``) or N Ray actors (``--executor ray``), see
+:func:`extraction_workers` and :mod:`prism_plugin.embed.workers`.
 """
 
 from __future__ import annotations
@@ -155,6 +159,26 @@ class Executor:
         return {"executor": self.name, "jobs": self.jobs}
 
 
+def check_ray_address(address: str, timeout: float = 3.0) -> None:
+    """``--address HOST:PORT`` (or ``ray://HOST:PORT``): a malformed one, or one where nothing listens,
+    fails at once in one line (``ray.init`` would retry for a long while first). ``auto`` is left to Ray."""
+    import socket
+
+    text = str(address).strip()
+    if text in ("auto", "local"):
+        return
+    bare = text.split("://", 1)[1] if "://" in text else text
+    host, _, port = bare.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise PrismError(f"--address {address}: expected HOST:PORT of a Ray cluster's head "
+                         "(e.g. 10.0.0.1:6379, ray://10.0.0.1:10001) or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise PrismError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}); start one "
+                         f"with `ray start --head --port {port}` on {host}, or fix the address") from None
+
+
 class RayExecutor(Executor):
     """Units as Ray tasks (``--executor ray [--address HOST:PORT]``); a local instance when no address."""
 
@@ -167,6 +191,8 @@ class RayExecutor(Executor):
             raise PrismError("--executor ray needs Ray: pip install 'prism-plugin[ray]'") from None
         self.ray = ray
         self.address = address
+        if address:
+            check_ray_address(address)
         if not ray.is_initialized():
             import logging
 
@@ -200,6 +226,15 @@ class RayExecutor(Executor):
 
     def describe(self) -> dict[str, Any]:
         return {"executor": self.name, "address": self.address or "local", "cpus": self.jobs}
+
+
+def extraction_workers(executor: Executor | None, count: int, device_request: str = "auto"):
+    """The workers that embed one split's missing shards for ``--extract-workers count``: ``None`` for 1
+    (in-process, as always), spawned processes under the local executor, Ray actors under ``--executor
+    ray`` (on the instance or cluster that executor connected to)."""
+    from prism_plugin.embed.workers import make_workers
+
+    return make_workers(count, executor, device_request)
 
 
 def make_executor(kind: str = "local", jobs: int = 1, address: str | None = None) -> Executor:

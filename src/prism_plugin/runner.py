@@ -42,6 +42,9 @@ class JobOptions:
     log: Callable[[str], None] = print
     #: where the grid runs (see prism_plugin.executors); None = in-process
     executor: Any = None
+    #: ``--extract-workers N``: a split's missing shards embedded by N workers (local processes, or Ray
+    #: actors under a Ray executor; see prism_plugin.embed.workers); 1 = in this process
+    extract_workers: int = 1
     #: ``--overwrite``: replace the folder's runs.csv even when this grid drops some of its runs
     overwrite: bool = False
 

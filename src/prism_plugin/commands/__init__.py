@@ -57,6 +57,10 @@ def check_extraction_args(args: Any) -> None:
         raise PrismError(f"--limit {limit}: must be a positive number of items per split")
     if workers is not None and workers < 0:
         raise PrismError(f"--num-workers {workers}: must be >= 0")
+    if getattr(args, "extract_workers", None) is not None:
+        from prism_plugin.embed.workers import check_workers
+
+        check_workers(args.extract_workers)
     if hasattr(args, "device"):
         from prism_plugin.embed.extract import check_device
 

@@ -116,7 +116,7 @@ def _check_shards(entry: CacheEntry, delete: bool) -> list[str]:
 
     bad = []
     for index in entry.shards_on_disk():
-        meta = entry._shard_meta(index)
+        meta = entry.shard_record(index)
         rows = meta.get("rows") if meta else None
         if not isinstance(rows, int):
             bad.append(f"shard {index}: unreadable record")

@@ -76,7 +76,8 @@ def run(args) -> int:
         return JobOptions(output=out, model_args=model_args, cache_dir=args.cache_dir, device=args.device,
                           num_workers=args.num_workers, limit=args.limit,
                           allow_size_mismatch=args.allow_size_mismatch, progress=not args.quiet,
-                          report=not args.no_report, executor=executor, overwrite=overwrite)
+                          report=not args.no_report, executor=executor, overwrite=overwrite,
+                          extract_workers=getattr(args, "extract_workers", 1))
 
     # every folder is checked before any work, so a later member's refusal never follows earlier runs
     planned_groups: dict[str, list[tuple]] = {}

@@ -46,7 +46,6 @@ from prism_plugin.errors import PrismError
 from prism_plugin.fsfaults import as_error, check_free_space, naming
 from prism_plugin.hashing import file_digest
 from prism_plugin.paths import cache_root
-from prism_plugin.results import atomic_write_text
 
 FORMAT_VERSION = 1
 SHARD_ENV = "PRISM_SHARD_SIZE"
@@ -90,6 +89,14 @@ def file_checksum(path: Path) -> str:
 CACHE_ELSEWHERE = "pass --cache-dir DIR (or set PRISM_CACHE_DIR) to another folder"
 #: what to do when the cache is too full for a write
 CACHE_FIX = "free space there, or pass --cache-dir DIR (or set PRISM_CACHE_DIR) to a folder on another disk"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """:func:`prism_plugin.results.atomic_write_text`, imported when first used: the results module
+    imports pandas, which an extraction worker (:mod:`prism_plugin.embed.workers`) never needs."""
+    from prism_plugin.results import atomic_write_text as write
+
+    write(path, text)
 
 
 def _cache_fault(exc: OSError, path: Path) -> PrismError:
@@ -346,7 +353,7 @@ class CacheEntry:
     def shard_meta_path(self, index: int) -> Path:
         return self.shard_dir / f"{index:05d}.json"
 
-    def _shard_meta(self, index: int) -> dict[str, Any] | None:
+    def shard_record(self, index: int) -> dict[str, Any] | None:
         try:
             meta = json.loads(self.shard_meta_path(index).read_text())
         except (OSError, ValueError):
@@ -364,7 +371,7 @@ class CacheEntry:
         files do not match their checksums is deleted and reported as not done.
         """
         fpath, lpath = self.shard_paths(index)
-        meta = self._shard_meta(index)
+        meta = self.shard_record(index)
         if meta is None:
             return False  # never finished (killed before its record was written)
         try:
@@ -416,7 +423,7 @@ class CacheEntry:
         """Concatenate shards into features.npy (streamed) and write the manifest last."""
         total = 0
         for i in range(n_shards):
-            meta = self._shard_meta(i)
+            meta = self.shard_record(i)
             if meta is None:
                 raise PrismError(f"cache entry {self.dir}: shard {i} is missing; rerun to extract it")
             total += int(meta["rows"])

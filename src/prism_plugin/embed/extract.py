@@ -76,7 +76,7 @@ def pick_device(request: str = "auto"):
     return torch.device("cpu")
 
 
-class _Images:
+class ImageFiles:
     """A map-style dataset over image files (decoded with PIL, converted to RGB)."""
 
     def __init__(self, paths: list[Path], transform):
@@ -100,6 +100,49 @@ def default_workers() -> int:
     return max(0, min(4, (os.cpu_count() or 1) - 1))
 
 
+def embed_rows(adapter: Adapter, dataset, start: int, stop: int, device, num_workers: int, bar=None) -> np.ndarray:
+    """The float32 embeddings of rows ``[start, stop)`` of ``dataset`` (one shard), in eval/inference mode.
+
+    Batches start at ``start`` and hold ``adapter.batch_size`` rows (the last one the remainder): the
+    batch composition of a shard never depends on who computes it (this process or a worker of
+    :mod:`prism_plugin.embed.workers`), so neither do its bytes.
+    """
+    import torch
+    from torch.utils.data import DataLoader, Subset
+
+    autocast = device.type == "cuda" and getattr(adapter, "autocast_dtype", None) is not None
+    loader = DataLoader(Subset(dataset, range(start, stop)), batch_size=adapter.batch_size,
+                        num_workers=num_workers, shuffle=False, pin_memory=device.type == "cuda",
+                        persistent_workers=False)
+    feats = np.empty((stop - start, adapter.embed_dim), dtype=np.float32)
+    pos = 0
+    with torch.inference_mode():
+        for batch in loader:
+            batch = batch.to(device, non_blocking=True)
+            if autocast:
+                with torch.autocast(device_type="cuda", dtype=adapter.autocast_dtype):
+                    out = adapter.forward(batch)
+            else:
+                out = adapter.forward(batch)
+            out = out.float()
+            if out.ndim != 2 or out.shape[1] != adapter.embed_dim:
+                raise PrismError(f"adapter {adapter.name} returned shape {tuple(out.shape)}; "
+                                 f"it declares embed_dim = {adapter.embed_dim}")
+            if adapter.normalize:
+                out = torch.nn.functional.normalize(out, p=2, dim=1, eps=1e-12)
+            feats[pos:pos + out.shape[0]] = out.cpu().numpy()
+            pos += out.shape[0]
+            if bar is not None:
+                bar.update(out.shape[0])
+    return feats
+
+
+def shard_layout(n: int, size: int) -> list[tuple[int, int, int]]:
+    """``(index, start, stop)`` of every shard of an ``n``-row split: shard k = rows ``[k*size, (k+1)*size)``
+    of the split's order (at least one shard, possibly empty)."""
+    return [(i, i * size, min(n, (i + 1) * size)) for i in range(max(1, -(-n // size)))]
+
+
 def extract_split(
     adapter: Adapter,
     split: ImageSplit,
@@ -110,64 +153,46 @@ def extract_split(
     progress: bool = True,
     label: str = "",
     provenance: dict[str, Any] | None = None,
+    workers=None,
 ) -> tuple[int, float]:
     """Fill ``entry`` with the embeddings of ``split``; return (tiles embedded now, seconds).
 
     Shards already on disk (from an interrupted run) are kept; the caller
-    holds the entry's lock.
+    holds the entry's lock. ``workers`` (a :class:`prism_plugin.embed.workers.ShardWorkers`, e.g.
+    from :func:`prism_plugin.executors.extraction_workers`) embeds the missing shards in several
+    processes or Ray actors, each writing its shards into the entry; the driver then verifies every
+    shard record and merges them exactly as after an in-process extraction (the same bytes).
     """
-    import torch
-    from torch.utils.data import DataLoader, Subset
-
-    device = device or pick_device(adapter.device_request)
     n = len(split)
     size = shard_size(SHARD_SIZE)  # $PRISM_SHARD_SIZE overrides the module default
-    n_shards = max(1, -(-n // size))
-    todo = [i for i in range(n_shards)
-            if not entry.shard_done(i, min(size, n - i * size), start=i * size)]
+    layout = shard_layout(n, size)
+    n_shards = len(layout)
+    todo = [(i, start, stop) for i, start, stop in layout if not entry.shard_done(i, stop - start, start=start)]
     t0 = time.perf_counter()
     done_now = 0
     if todo:
-        if not getattr(adapter, "_built", False):
-            adapter.build(device)
-            adapter._built = True
-        dataset = _Images(split.paths, adapter.preprocessing.transform())
-        workers = default_workers() if num_workers is None else num_workers
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=sum(min(size, n - i * size) for i in todo), unit="tile",
+            bar = tqdm(total=sum(stop - start for _, start, stop in todo), unit="tile",
                        desc=label or "embedding", file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
-        autocast = device.type == "cuda" and getattr(adapter, "autocast_dtype", None) is not None
-        for i in todo:
-            start, stop = i * size, min(n, (i + 1) * size)
-            loader = DataLoader(Subset(dataset, range(start, stop)), batch_size=adapter.batch_size,
-                                num_workers=workers, shuffle=False, pin_memory=device.type == "cuda",
-                                persistent_workers=False)
-            feats = np.empty((stop - start, adapter.embed_dim), dtype=np.float32)
-            pos = 0
-            with torch.inference_mode():
-                for batch in loader:
-                    batch = batch.to(device, non_blocking=True)
-                    if autocast:
-                        with torch.autocast(device_type="cuda", dtype=adapter.autocast_dtype):
-                            out = adapter.forward(batch)
-                    else:
-                        out = adapter.forward(batch)
-                    out = out.float()
-                    if out.ndim != 2 or out.shape[1] != adapter.embed_dim:
-                        raise PrismError(f"adapter {adapter.name} returned shape {tuple(out.shape)}; "
-                                         f"it declares embed_dim = {adapter.embed_dim}")
-                    if adapter.normalize:
-                        out = torch.nn.functional.normalize(out, p=2, dim=1, eps=1e-12)
-                    feats[pos:pos + out.shape[0]] = out.cpu().numpy()
-                    pos += out.shape[0]
-                    if bar is not None:
-                        bar.update(out.shape[0])
-            entry.write_shard(i, feats, split.labels[start:stop], start=start)
-            done_now += stop - start
-        if bar is not None:
-            bar.close()
+        try:
+            if workers is not None and workers.count > 1 and len(todo) > 1:
+                done_now = workers.extract(adapter, split, entry, todo, num_workers=num_workers, bar=bar)
+            else:
+                device = device or pick_device(adapter.device_request)
+                if not getattr(adapter, "_built", False):
+                    adapter.build(device)
+                    adapter._built = True
+                dataset = ImageFiles(split.paths, adapter.preprocessing.transform())
+                loader_workers = default_workers() if num_workers is None else num_workers
+                for i, start, stop in todo:
+                    feats = embed_rows(adapter, dataset, start, stop, device, loader_workers, bar)
+                    entry.write_shard(i, feats, split.labels[start:stop], start=start)
+                    done_now += stop - start
+        finally:
+            if bar is not None:
+                bar.close()
     entry.finalize(n_shards, adapter.embed_dim, provenance or {})
     return done_now, time.perf_counter() - t0

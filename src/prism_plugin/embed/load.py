@@ -1,7 +1,8 @@
 """Embeddings of a task's splits: from the cache, extracting what is missing (task -> data -> embeddings).
 
 ``opts`` is any object with the job options the loading reads (``limit``, ``cache_dir``,
-``device``, ``num_workers``, ``progress``, ``allow_size_mismatch``), e.g.
+``device``, ``num_workers``, ``progress``, ``allow_size_mismatch``; optionally ``extract_workers``
+and ``executor`` for a split extracted by several workers, see :func:`shard_workers`), e.g.
 :class:`prism_plugin.runner.JobOptions`. Nothing here imports the runner: summaries that need
 embeddings (geometry) call these functions directly.
 
@@ -50,6 +51,19 @@ def check_expected(task: TaskConfig, split: str, y: np.ndarray, opts) -> None:
         if not opts.allow_size_mismatch:
             raise PrismError(msg + "; pass --allow-size-mismatch to run anyway")
         warnings.warn(msg, stacklevel=2)
+
+
+def shard_workers(adapter, opts):
+    """The workers of ``opts.extract_workers`` (``--extract-workers N``, default 1: in-process) under
+    ``opts.executor`` (local processes, or Ray actors with ``--executor ray``); ``None`` for 1."""
+    count = getattr(opts, "extract_workers", None)
+    if count is None or count == 1:
+        return None
+    from prism_plugin.executors import extraction_workers
+
+    device = getattr(opts, "device", "auto") or "auto"
+    return extraction_workers(getattr(opts, "executor", None), count,
+                              device if device != "auto" else adapter.device_request)
 
 
 def load_embeddings(task: TaskConfig, adapter, opts,
@@ -133,7 +147,7 @@ def _load_embeddings(task: TaskConfig, adapter, opts, only: tuple[str, ...] | No
                                   "versions": library_versions()}
                     n_new, secs = extract_split(adapter, images, entry, device=device, num_workers=opts.num_workers,
                                                 progress=opts.progress, label=f"{task.name}/{split}",
-                                                provenance=provenance)
+                                                provenance=provenance, workers=shard_workers(adapter, opts))
                     info["extracted_tiles"] += n_new
                     info["extraction_seconds"] += secs
                     loaded = entry.load()
@@ -405,7 +419,8 @@ class _SplitSeedLoader:
                                       "versions": library_versions()}
                         n_new, secs = extract_split(adapter, images, entry, device=self.device,
                                                     num_workers=opts.num_workers, progress=opts.progress,
-                                                    label=f"{task.name}/{split}", provenance=provenance)
+                                                    label=f"{task.name}/{split}", provenance=provenance,
+                                                    workers=shard_workers(adapter, opts))
                         info["extracted_tiles"] += n_new
                         info["extraction_seconds"] += secs
                         loaded = entry.load()
