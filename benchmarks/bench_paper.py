@@ -26,21 +26,22 @@ Modes (each cell runs every mode back to back, so the ratios share the load):
 * ``fast``: ``evaluate`` with ``probe.backend = fast`` (skipped, with a note,
   while prism_plugin does not accept it);
 * ``exact-jobs2`` / ``fast-jobs2``: the package's local executor with 2 worker
-  processes (``prism-run --jobs 2``: a pool per cell, label fractions in parallel);
+  processes (``prism-run --jobs 2``: one pool for the whole run, started by the first
+  such cell; label fractions in parallel);
 * ``exact-ray2`` / ``fast-ray2``: the package's Ray executor on a local
   2-CPU instance (``--executor ray --jobs 2``; skipped when Ray is missing).
 
-A transfer cell is its own grid in every mode (``evaluate`` and ``prism-run``
-transfer tasks fit the source probe again). The reference evaluator instead
+A transfer cell is its own grid in every mode here (``evaluate`` fits the source probe
+again; ``prism-run`` shares the source's fits when the in-domain task runs in the same
+command, see ``prism_plugin.protocol.fit_memo``). The reference evaluator instead
 reuses the source's in-domain probe for PCam<->MHIST and for the Camelyon17
 pairs (``temperature_src`` of ``ood_all_v2.csv`` / ``camelyon17_transfer.csv``
 equals the in-domain ``temperature`` run for run); the report prints the total
 with those grids left out too ("shared fits").
 
 The ``--jobs 2`` / Ray modes run on every ``--parallel-every``-th cell only
-(default 28: 10 cells), because the local executor starts a pool of spawned
-processes per cell; their totals are estimated as the sequential total times the
-sample's ratio.
+(default 28: 10 cells), to keep the run short; their totals are estimated as the
+sequential total times the sample's ratio.
 
 Projection to full size. W = sum over a cell's 18 runs of n_train x dim x C
 (C = 1 for K = 2, else K). The dominant in-domain cells (PCam, CRC,
@@ -270,6 +271,7 @@ class Runner:
         self.modes = list(modes)
         self.notes: dict[str, str] = {}
         self.ray = None
+        self.local2 = None  # one --jobs 2 pool for every cell, as prism-run keeps one per command
         self.threads = threads
         ok, why = fast_supported()
         if not ok:
@@ -289,6 +291,8 @@ class Runner:
                     self.notes[m] = f"Ray unavailable ({str(exc).splitlines()[0]})"
 
     def close(self):
+        if self.local2 is not None:
+            self.local2.close()
         if self.ray is not None:
             self.ray.ray.shutdown()
 
@@ -323,7 +327,9 @@ class Runner:
         ident = {"task": cell.name, "adapter": cell.model, "model": cell.model, "dataset": cell.name}
         job = GridJob(SplitRef.of(splits[0]), SplitRef.of(splits[1]), SplitRef.of(splits[2]), k, spec, ident,
                       (), blas_threads=driver_blas_threads())
-        executor = self.ray if mode.endswith("ray2") else make_executor("local", 2)
+        if not mode.endswith("ray2") and self.local2 is None:
+            self.local2 = make_executor("local", 2)
+        executor = self.ray if mode.endswith("ray2") else self.local2
         rows = [{"fraction": key.fraction, "seed": key.seed, **row}
                 for key, row in executor.run(job, plan_units(spec, lambda key: False))]
         return rows
@@ -594,8 +600,8 @@ def main(argv=None) -> int:
                    help="scales at which the dominant cells (GigaPath PCam, CRC, SPIDER-Breast, Camelyon17 h0) are "
                         "measured again for the projection (default 0.03,0.1; '' = none)")
     p.add_argument("--parallel-every", type=int, default=28,
-                   help="run the --jobs 2 / Ray modes on every Nth cell only (default 28 = 10 cells: the local "
-                        "executor starts a process pool per cell); 1 = every cell")
+                   help="run the --jobs 2 / Ray modes on every Nth cell only (default 28 = 10 cells, to keep the "
+                        "run short); 1 = every cell")
     p.add_argument("--no-warmup", dest="warmup", action="store_false",
                    help="skip the untimed warm-up run of every mode (imports then count in the first cell)")
     p.add_argument("--from-json", type=Path, default=None,

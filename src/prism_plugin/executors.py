@@ -122,9 +122,13 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
 class Executor:
     """Runs grid units; ``jobs == 1`` runs in-process with no pickling.
 
-    With ``jobs > 1`` the units go to a pool of spawned worker processes that die with the driver
-    (see :func:`prism_plugin.procs.die_with_parent`); when the driver is interrupted (Ctrl-C,
-    SIGTERM, an error in a unit) the workers are killed at once rather than left to finish.
+    With ``jobs > 1`` the units go to a pool of ``jobs`` spawned worker processes that die with the
+    driver (see :func:`prism_plugin.procs.die_with_parent`). The pool is started on the first grid that
+    needs it and kept for the grids after it (every task x model of one ``prism-run``), so a worker's
+    start-up (a fresh interpreter importing NumPy, scikit-learn and the plugins: seconds on 2 cores) is
+    paid once per run, not once per grid; :meth:`close` ends it (the command does, and so does the
+    interpreter's exit). When the driver is interrupted (Ctrl-C, SIGTERM, an error in a unit) the
+    workers are killed at once rather than left to finish, and the next grid starts a new pool.
     """
 
     name = "local"
@@ -133,17 +137,29 @@ class Executor:
         if jobs < 1:
             raise PrismError(f"--jobs {jobs}: must be at least 1")
         self.jobs = jobs
+        self._pool: ProcessPoolExecutor | None = None
+        #: pools started by this executor (1 for a whole run unless one was stopped by an error)
+        self.pools_started = 0
+
+    def _get_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            import atexit
+            import multiprocessing as mp
+
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"),
+                                             initializer=die_with_parent, initargs=(os.getpid(),))
+            self.pools_started += 1
+            if self.pools_started == 1:
+                atexit.register(self.close)
+        return self._pool
 
     def run(self, job: GridJob, units: Iterable[tuple[float, tuple[int, ...]]]) -> Iterator[tuple[RunKey, dict]]:
         units = list(units)
-        if self.jobs == 1 or len(units) <= 1:
+        if self.jobs == 1 or (len(units) <= 1 and self._pool is None):
             for fraction, seeds in units:
                 yield from run_unit(job, fraction, seeds)
             return
-        import multiprocessing as mp
-
-        pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(units)), mp_context=mp.get_context("spawn"),
-                                   initializer=die_with_parent, initargs=(os.getpid(),))
+        pool = self._get_pool()
         try:
             pending = {pool.submit(run_unit, job, f, s) for f, s in units}
             while pending:
@@ -151,32 +167,18 @@ class Executor:
                 for fut in finished:
                     yield from fut.result()
         except BaseException:  # interrupted, terminated, or a unit failed: stop the workers now
+            self._pool = None
             _stop_pool(pool)
             raise
-        pool.shutdown(wait=True)
+
+    def close(self) -> None:
+        """End the worker pool (idempotent); the next grid would start a new one."""
+        pool, self._pool = getattr(self, "_pool", None), None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def describe(self) -> dict[str, Any]:
         return {"executor": self.name, "jobs": self.jobs}
-
-
-def check_ray_address(address: str, timeout: float = 3.0) -> None:
-    """``--address HOST:PORT`` (or ``ray://HOST:PORT``): a malformed one, or one where nothing listens,
-    fails at once in one line (``ray.init`` would retry for a long while first). ``auto`` is left to Ray."""
-    import socket
-
-    text = str(address).strip()
-    if text in ("auto", "local"):
-        return
-    bare = text.split("://", 1)[1] if "://" in text else text
-    host, _, port = bare.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise PrismError(f"--address {address}: expected HOST:PORT of a Ray cluster's head "
-                         "(e.g. 10.0.0.1:6379, ray://10.0.0.1:10001) or auto")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-    except OSError as exc:
-        raise PrismError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}); start one "
-                         f"with `ray start --head --port {port}` on {host}, or fix the address") from None
 
 
 class RayExecutor(Executor):

@@ -47,6 +47,9 @@ class JobOptions:
     extract_workers: int = 1
     #: ``--overwrite``: replace the folder's runs.csv even when this grid drops some of its runs
     overwrite: bool = False
+    #: probe fits shared with the command's other jobs that fit on the same data (a transfer task and
+    #: its source's in-domain task: prism_plugin.protocol.fit_memo); None = every grid fits its own
+    fit_memo: Any = None
 
 
 @dataclass
@@ -55,6 +58,25 @@ class JobResult:
     results_dir: Path
     runs: pd.DataFrame
     summary: dict[str, Any]
+
+
+def fit_tag(task: TaskConfig, model_label: str) -> tuple[str, str]:
+    """(model, the task whose train and val splits the probe is fitted on): a transfer task fits on its
+    source task's, any other task on its own (the unit :class:`~prism_plugin.protocol.fit_memo.FitMemo`
+    plans with)."""
+    return (str(model_label), str(task.source_task) if task.is_transfer else str(task.name))
+
+
+def _fit_data_key(task: TaskConfig, adapter, split_seed, emb_info: dict[str, Any]) -> str | None:
+    """What the fitted probe's inputs are, as the loader fingerprinted them: the adapter and the content of
+    the train and val features (a transfer task's are its source's); None when the loader gave none."""
+    prefix = "source_" if task.is_transfer else ""
+    content, prints = emb_info.get("content") or {}, emb_info.get("fingerprints") or {}
+    train = content.get(prefix + "train") or prints.get(prefix + "train")
+    if not train:
+        return None
+    val = content.get(prefix + "val") or prints.get(prefix + "val")
+    return json.dumps([adapter.fingerprint(), split_seed, str(train), str(val) if val else None])
 
 
 def make_adapter(host, name: str, model_args: dict[str, Any]):
@@ -324,6 +346,11 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
              "artifact_dir": results.path / "artifacts"}
     t_grid = time.perf_counter()
     executor = opts.executor
+    in_process = executor is None or (executor.name == "local" and executor.jobs == 1)
+    memo = opts.fit_memo if in_process else None
+    tag = fit_tag(task, adapter.display_name)
+    data_keys = {split_seed: _fit_data_key(task, adapter, split_seed, info) for split_seed, _, _, info in loaded}
+    shared_fits = 0
     for unit in units:
         def skip(key, unit=unit) -> bool:
             cid = unit.cell(key)
@@ -344,9 +371,12 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
             if task.split_seeds:
                 unit_ident["split_seed"] = unit.split_seed
         splits = unit.splits
-        if executor is None or (executor.name == "local" and executor.jobs == 1):
+        if in_process:
+            key = data_keys.get(unit.split_seed)
+            scope = memo.scope(tag, key) if memo is not None and key is not None else None
             run_grid(splits["train"], splits.get("val"), splits["test"], unit.n_classes, unit.spec, host, unit_ident,
-                     skip=skip, on_row=save)
+                     skip=skip, on_row=save, fits=scope)
+            shared_fits += scope.hits if scope is not None else 0
         else:
             from prism_plugin.executors import GridJob, SplitRef, driver_blas_threads, plan_units
 
@@ -356,6 +386,8 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
             for key, row in executor.run(job, plan_units(unit.spec, skip)):
                 save(key, row)
     grid_seconds = time.perf_counter() - t_grid
+    if memo is not None:
+        memo.done(tag)
     if stale:
         by_reason: dict[str, list[str]] = {}
         for s in stale:
@@ -439,6 +471,8 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
                     **({"reused_tiles": sum(i.get("reused_tiles", 0) for i in infos)}
                        if any("reused_tiles" in i for i in infos) else {}),
                     "grid_seconds": round(grid_seconds, 3),
+                    # probe fits taken from an earlier job of this command that fitted on the same data
+                    "shared_fits": shared_fits,
                     "total_seconds": round(time.perf_counter() - t_start, 3)},
     }
     if "bootstrap" in host.implementations("run_metrics"):  # cells[].ci of the seed mean (metrics/bootstrap.py)

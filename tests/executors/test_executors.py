@@ -68,3 +68,37 @@ def test_bad_executor_arguments():
         make_executor("local", 0)
     with pytest.raises(PrismError, match="--address only applies"):
         make_executor("local", 1, "10.0.0.1:6379")
+
+
+def test_the_process_pool_is_started_once_for_all_grids_of_a_command(tmp_path):
+    """``--jobs 2``: one pool serves every grid of the command (a pool per grid cost seconds each); its
+    results equal in-process; close() ends it and a later grid starts a new one."""
+    from prism_plugin.executors import Executor, GridJob, run_unit
+    from prism_plugin.protocol.grid import grid_keys
+
+    rng = np.random.default_rng(1)
+    y = np.arange(120) % 2
+    X = (rng.normal(size=(120, 6)) + y[:, None]).astype(np.float32)
+    split = SplitRef.of(SplitArrays(X, y))
+    spec = GridSpec(fractions=(0.25, 1.0), seeds=(42, 123))
+    ident = {"task": "t", "adapter": "a", "model": "m", "dataset": "d"}
+    job = GridJob(split, split, split, 2, spec, ident, (), blas_threads=1)
+    units = plan_units(spec, lambda key: False)
+    serial = [row for f, s in units for row in run_unit(job, f, s)]
+    executor = Executor(2)
+    try:
+        first = sorted(executor.run(job, units), key=lambda kv: (kv[0].fraction, kv[0].seed))
+        pool = executor._pool
+        second = sorted(executor.run(job, units), key=lambda kv: (kv[0].fraction, kv[0].seed))
+        assert executor.pools_started == 1 and executor._pool is pool and pool is not None
+    finally:
+        executor.close()
+    assert executor._pool is None
+    want = sorted(serial, key=lambda kv: (kv[0].fraction, kv[0].seed))
+    assert [k for k, _ in first] == [k for k, _ in want] == list(sorted(grid_keys(spec), key=lambda k: (k.fraction, k.seed)))
+    for (_, a), (_, b), (_, c) in zip(first, second, want):
+        assert a.keys() == c.keys()
+        for col in c:
+            assert a[col] == c[col] or (a[col] != a[col] and c[col] != c[col]), col  # NaN == NaN
+            assert b[col] == c[col] or (b[col] != b[col] and c[col] != c[col]), col
+    executor.close()  # idempotent

@@ -49,6 +49,9 @@ TASKS = {
                        "target_labels: {positive: [2]}\nclass_names: [neg, pos]\n" + GRID,
     "t_transfer_noval.yaml": "task: t_transfer_noval\nkind: transfer\nsource_task: t_src_noval\ntarget_task: t_tgt\n"
                              "target_labels: {positive: [2]}\nclass_names: [neg, pos]\n" + GRID,
+    "t_transfer_flip.yaml": "task: t_transfer_flip\nkind: transfer\nsource_task: t_src\ntarget_task: t_tgt\n"
+                            "source_labels: {positive: [0]}\ntarget_labels: {positive: [2]}\n"
+                            "class_names: [neg, pos]\n" + GRID,
     "t_transfer_nomap.yaml": "task: t_transfer_nomap\nkind: transfer\nsource_task: t_src\ntarget_task: t_tgt\n"
                              "class_names: [neg, pos]\n" + GRID,
 }
@@ -155,3 +158,24 @@ def test_compare_renames_a_model_named_like_a_reference_model(transfer_results, 
     published = pd.read_csv(REFERENCE / "cri_variants_100.csv", index_col=0)
     assert ranked.at["UNI", "cri_multiplicative"] == pytest.approx(published.at["UNI", "cri_multiplicative"], abs=1e-12)
     assert "Transfer of UNI (yours) at 100 % source labels" in text
+
+
+def test_a_transfer_task_shares_its_sources_fits_and_gets_the_same_numbers(workspace, transfer_results):
+    """t_src and t_transfer in one command: the transfer's probe fits on t_src's train/val splits, so it
+    takes t_src's fits (0.5 x 2 seeds + 1.0 once = 3) instead of refitting; its runs.csv is the one a
+    command running t_transfer alone writes, bit for bit."""
+    import json
+
+    def shared(out: Path, task: str) -> int:
+        return json.loads((out / task / "MyFM" / "summary.json").read_text())["timings"]["shared_fits"]
+
+    assert shared(transfer_results, "t_src") == 0 and shared(transfer_results, "t_transfer") == 3
+    alone = workspace / "alone"
+    assert prism(workspace, "--task", "t_transfer", "--output", str(alone)) == 0
+    assert json.loads((alone / "summary.json").read_text())["timings"]["shared_fits"] == 0
+    together = pd.read_csv(transfer_results / "t_transfer" / "MyFM" / "runs.csv")
+    pd.testing.assert_frame_equal(pd.read_csv(alone / "runs.csv"), together, check_exact=True)
+    # a transfer that relabels its source fits on other labels: nothing to share
+    flip = workspace / "flip"
+    assert prism(workspace, "--task", "t_src", "--task", "t_transfer_flip", "--output", str(flip)) == 0
+    assert shared(flip, "t_transfer_flip") == 0

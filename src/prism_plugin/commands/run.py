@@ -67,55 +67,68 @@ def run(args) -> int:
     for adapter, label in zip(adapters, labels):  # one model run with several option sets: each its own
         adapter.display_name = label              # `model` value too (compare, audit and report tell them apart)
     executor = make_executor(args.executor, args.jobs, args.address)
-    single = len(jobs) == 1 and len(adapters) == 1 and not jobs[0][0]
-    root = Path(args.output) if args.output is not None else Path("prism_results")
-    outputs = output_dirs(jobs, labels, root, single and args.output is not None)
-    overwrite = bool(getattr(args, "overwrite", False))
+    try:
+        single = len(jobs) == 1 and len(adapters) == 1 and not jobs[0][0]
+        root = Path(args.output) if args.output is not None else Path("prism_results")
+        outputs = output_dirs(jobs, labels, root, single and args.output is not None)
+        overwrite = bool(getattr(args, "overwrite", False))
+        # a transfer task fits on its source's train/val splits: the same fits as the source's own grid, so
+        # the jobs of this command share them (in-process grids only; prism_plugin.protocol.fit_memo)
+        memo = None
+        if executor.name == "local" and executor.jobs == 1:
+            from prism_plugin.protocol.fit_memo import FitMemo
+            from prism_plugin.runner import fit_tag
 
-    def options(out: Path, model_args: dict[str, Any]) -> JobOptions:
-        return JobOptions(output=out, model_args=model_args, cache_dir=args.cache_dir, device=args.device,
-                          num_workers=args.num_workers, limit=args.limit,
-                          allow_size_mismatch=args.allow_size_mismatch, progress=not args.quiet,
-                          report=not args.no_report, executor=executor, overwrite=overwrite,
-                          extract_workers=getattr(args, "extract_workers", 1))
+            memo = FitMemo.plan(fit_tag(task, label) for _, task in jobs for label in labels)
 
-    # every folder is checked before any work, so a later member's refusal never follows earlier runs
-    planned_groups: dict[str, list[tuple]] = {}
-    for group, task in jobs:
-        for adapter, label, (_, model_args) in zip(adapters, labels, specs):
-            check_before_work(task, options(outputs[(group, task.name, label)], model_args), adapter.display_name)
-            if group:
-                planned_groups.setdefault(group, []).extend(planned_runs(task, adapter.display_name))
-    for group, planned in planned_groups.items():
-        combined_csv = confined(root, group) / "runs.csv"
-        check_grid_kept(combined_csv, planned, overwrite=overwrite, where=f"group {group} (--output {root})")
-    for group in planned_groups:  # derived from the members and rebuilt at the end: never left stale by a kill
-        try:
-            (confined(root, group) / "runs.csv").unlink()
-        except FileNotFoundError:
-            pass
-    group_runs: dict[str, list] = {}
-    for group, task in jobs:
-        for adapter, label, (_, model_args) in zip(adapters, labels, specs):
-            opts = options(outputs[(group, task.name, label)], model_args)
-            result = run_job(task, adapter, host, opts)
-            if group:
-                group_runs.setdefault(group, []).append(result.runs)
-            if not args.quiet:
-                reused = len(result.summary["reused_cells"])
-                print(f"\n{label} on {task.name} ({len(result.runs)} runs"
-                      f"{f', {reused} reused' if reused else ''}; "
-                      f"{result.summary['timings']['total_seconds']:.1f} s)")
-                print(compact_table(result.runs, result.summary.get("flags")))
-            print(f"results: {result.results_dir}")
-    for group, frames in group_runs.items():  # one table per group: members in group order
-        combined = pd.concat(frames, ignore_index=True)
-        if "split_seed" in combined and combined["split_seed"].isna().any():  # members without split_seeds
-            combined["split_seed"] = combined["split_seed"].astype("Int64")  # 0, not 0.0, beside empty cells
-        target = confined(root, group) / "runs.csv"
-        write_csv(target, combined[order_columns(combined.columns)])
-        print(f"group {group}: {target} ({len(combined)} runs)")
-    return 0
+        def options(out: Path, model_args: dict[str, Any]) -> JobOptions:
+            return JobOptions(output=out, model_args=model_args, cache_dir=args.cache_dir, device=args.device,
+                              num_workers=args.num_workers, limit=args.limit,
+                              allow_size_mismatch=args.allow_size_mismatch, progress=not args.quiet,
+                              report=not args.no_report, executor=executor, overwrite=overwrite,
+                              extract_workers=getattr(args, "extract_workers", 1), fit_memo=memo)
+
+        # every folder is checked before any work, so a later member's refusal never follows earlier runs
+        planned_groups: dict[str, list[tuple]] = {}
+        for group, task in jobs:
+            for adapter, label, (_, model_args) in zip(adapters, labels, specs):
+                check_before_work(task, options(outputs[(group, task.name, label)], model_args), adapter.display_name)
+                if group:
+                    planned_groups.setdefault(group, []).extend(planned_runs(task, adapter.display_name))
+        for group, planned in planned_groups.items():
+            combined_csv = confined(root, group) / "runs.csv"
+            check_grid_kept(combined_csv, planned, overwrite=overwrite, where=f"group {group} (--output {root})")
+        for group in planned_groups:  # derived from the members and rebuilt at the end: never left stale by a kill
+            try:
+                (confined(root, group) / "runs.csv").unlink()
+            except FileNotFoundError:
+                pass
+        group_runs: dict[str, list] = {}
+        for group, task in jobs:
+            for adapter, label, (_, model_args) in zip(adapters, labels, specs):
+                opts = options(outputs[(group, task.name, label)], model_args)
+                result = run_job(task, adapter, host, opts)
+                if group:
+                    group_runs.setdefault(group, []).append(result.runs)
+                if not args.quiet:
+                    reused = len(result.summary["reused_cells"])
+                    shared = result.summary["timings"].get("shared_fits", 0)
+                    print(f"\n{label} on {task.name} ({len(result.runs)} runs"
+                          f"{f', {reused} reused' if reused else ''}"
+                          f"{f', {shared} probe fits shared with an earlier task' if shared else ''}; "
+                          f"{result.summary['timings']['total_seconds']:.1f} s)")
+                    print(compact_table(result.runs, result.summary.get("flags")))
+                print(f"results: {result.results_dir}")
+        for group, frames in group_runs.items():  # one table per group: members in group order
+            combined = pd.concat(frames, ignore_index=True)
+            if "split_seed" in combined and combined["split_seed"].isna().any():  # members without split_seeds
+                combined["split_seed"] = combined["split_seed"].astype("Int64")  # 0, not 0.0, beside empty cells
+            target = confined(root, group) / "runs.csv"
+            write_csv(target, combined[order_columns(combined.columns)])
+            print(f"group {group}: {target} ({len(combined)} runs)")
+        return 0
+    finally:  # the --jobs pool lives for the whole command (prism_plugin.executors.Executor)
+        executor.close()
 
 
 def output_dirs(jobs: list, labels: list[str], root: Path, single: bool) -> dict[tuple[str, str, str], Path]:

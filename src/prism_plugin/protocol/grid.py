@@ -18,6 +18,7 @@ import numpy as np
 
 from prism_plugin.errors import PrismError
 from prism_plugin.metrics.core import binary_logits
+from prism_plugin.protocol.fit_memo import FitScope, MemoFit, labels_digest
 from prism_plugin.protocol.inputs import SplitArrays
 from prism_plugin.protocol.probe import ProbeOutput
 from prism_plugin.protocol.sampling import stratified_subset
@@ -104,19 +105,26 @@ def run_grid(
     *,
     skip: Callable[[RunKey], bool] = lambda key: False,
     on_row: Callable[[RunKey, dict], None] = lambda key, row: None,
+    fits: FitScope | None = None,
 ) -> dict[RunKey, dict]:
     """Run every (fraction, seed) of ``spec`` that ``skip`` does not claim.
 
     ``ident`` supplies the identity columns (task, adapter, model, dataset and
     metadata). Each finished row is handed to ``on_row`` at once (the results
     directory persists it), and all rows are returned.
+
+    ``fits`` (a :class:`~prism_plugin.protocol.fit_memo.FitScope`): fits shared with other grids of the
+    command that fit on the same train/val data; a fit found there is not refitted (its head and
+    validation output are reused, the test output is computed on this grid's test split).
     """
     head_kind = str(spec.probe.get("kind", "logistic"))
     head_settings = {k: v for k, v in spec.probe.items() if k != "kind"}
     factory = host.head_factory(head_kind)
     # a head whose fit does not depend on the seed once the subset is fixed (registered with
     # seed_invariant=True; lbfgs ignores random_state): identical subsets share one fit
-    reusable = spec.reuse_identical_fits and bool(host.head_traits(head_kind).get("seed_invariant"))
+    seed_invariant = bool(host.head_traits(head_kind).get("seed_invariant"))
+    reusable = spec.reuse_identical_fits and seed_invariant
+    y_digest = labels_digest(train.y) if fits is not None else ""
     last: _Fit | None = None
     rows: dict[RunKey, dict] = {}
     todo = [key for key in grid_keys(spec) if not skip(key)]  # skip() once per key, in grid order
@@ -132,28 +140,46 @@ def run_grid(
             except TypeError as exc:
                 raise PrismError(f"probe settings {dict(head_settings)} rejected by head {head_kind!r}: {exc}") from None
             prepare = getattr(head, "prepare_grid", None)
-            if callable(prepare):
-                prepare(grid_state, train, key)
-            if len(subset.indices) == len(train):  # the whole (sorted) set: no copy of the matrix
-                X_sub = np.asarray(train.X, dtype=np.float32)
+            # a head with grid state (fast mode's warm starts) depends on the grid's other runs: never shared
+            # (a head with prepare_grid is taken to use it unless it says otherwise: uses_grid_state)
+            grid_state_used = bool(getattr(head, "uses_grid_state", callable(prepare)))
+            shared = fits if fits is not None and not grid_state_used else None
+            memo_key = (shared.key(digest, head_kind, dict(head_settings), None if seed_invariant else key.seed,
+                                   y_digest) if shared is not None else None)
+            hit = shared.get(memo_key) if shared is not None else None
+            if hit is not None:
+                last = _Fit(digest=digest, val=hit.val, test=hit.head.evaluate(test.X), converged=hit.converged,
+                            seconds=time.perf_counter() - t0, backend=hit.backend, head=hit.head, stats=hit.stats)
             else:
-                X_sub = np.asarray(train.X[subset.indices], dtype=np.float32)
-            head.fit(X_sub, train.y[subset.indices])
-            del X_sub
-            last = _Fit(
-                digest=digest,
-                val=head.evaluate(val.X) if val is not None else None,
-                test=head.evaluate(test.X),
-                converged=getattr(head, "converged", None),
-                backend=getattr(head, "backend", None),
-                seconds=time.perf_counter() - t0,
-                head=head,
-                stats=getattr(head, "solver_stats", None),
-            )
+                last = _fit(head, prepare, grid_state, train, val, test, key, subset, digest, t0)
+                if shared is not None:
+                    shared.put(memo_key, MemoFit(head, last.val, last.converged, last.backend, last.stats))
         row = _score(key, subset, last, train, val, test, n_classes, spec, host, ident, head_kind)
         rows[key] = row
         on_row(key, row)
     return rows
+
+
+def _fit(head, prepare, grid_state, train, val, test, key, subset, digest: str, t0: float) -> _Fit:
+    """Fit ``head`` on the run's training subset; its val and test outputs."""
+    if callable(prepare):
+        prepare(grid_state, train, key)
+    if len(subset.indices) == len(train):  # the whole (sorted) set: no copy of the matrix
+        X_sub = np.asarray(train.X, dtype=np.float32)
+    else:
+        X_sub = np.asarray(train.X[subset.indices], dtype=np.float32)
+    head.fit(X_sub, train.y[subset.indices])
+    del X_sub
+    return _Fit(
+        digest=digest,
+        val=head.evaluate(val.X) if val is not None else None,
+        test=head.evaluate(test.X),
+        converged=getattr(head, "converged", None),
+        backend=getattr(head, "backend", None),
+        seconds=time.perf_counter() - t0,
+        head=head,
+        stats=getattr(head, "solver_stats", None),
+    )
 
 
 def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, ident, head_kind) -> dict:

@@ -258,8 +258,13 @@ FORBIDDEN_IDENTICAL = {
 }
 ALLOW_KEY = "allow_split_overlap"
 _HASH_SEED = 0x5EED_0F_0E
-_HASH_ROWS = 8192
+#: elements per block of the input checks' passes over a matrix (float64 working copies of 16 MB at most,
+#: whatever the number of rows: the checks add a fixed, small amount to the features' memory)
 _PAIR_BLOCK = 1 << 21
+
+
+def _block_rows(dim: int) -> int:
+    return max(1, _PAIR_BLOCK // max(int(dim), 1))
 
 
 def split_pair(a: str, b: str) -> tuple[str, str]:
@@ -305,9 +310,10 @@ def _row_stats(X: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, int, float]:
     n = X.shape[0]
     proj = np.empty(n, dtype=np.float64)
     zeros, top = 0, 0.0
-    buf = np.empty((min(n, _HASH_ROWS), X.shape[1]), dtype=np.float64)
-    for start in range(0, n, _HASH_ROWS):
-        block = np.asarray(X[start:start + _HASH_ROWS])
+    step = _block_rows(X.shape[1])
+    buf = np.empty((min(n, step), X.shape[1]), dtype=np.float64)
+    for start in range(0, n, step):
+        block = np.asarray(X[start:start + step])
         p = proj[start:start + block.shape[0]]
         wide = buf[:block.shape[0]]
         np.copyto(wide, block)
@@ -337,7 +343,7 @@ def _candidate_keep(sorted_proj: np.ndarray, order: np.ndarray, A: np.ndarray) -
         return np.arange(n)
     run_start = np.maximum.accumulate(np.where(new_run, np.arange(n), 0))
     same = np.zeros(dup.size, dtype=bool)
-    step = max(1, _PAIR_BLOCK // max(A.shape[1], 1))
+    step = _block_rows(A.shape[1])
     for s in range(0, dup.size, step):
         j = dup[s:s + step]
         same[s:s + step] = (np.asarray(A[order[j]]) == np.asarray(A[order[run_start[j]]])).all(axis=1)
@@ -375,7 +381,7 @@ def row_overlap(A: np.ndarray, B: np.ndarray, *, proj_a: np.ndarray | None = Non
     rows_b = np.flatnonzero(cnt > 0)
     if rows_b.size == 0:
         return mask
-    step = max(1, _PAIR_BLOCK // max(A.shape[1], 1))
+    step = _block_rows(A.shape[1])
     # expand (row of B, candidate of A) pairs block by block, so memory stays bounded
     counts = cnt[rows_b]
     bounds = np.r_[0, np.cumsum(counts)]
@@ -462,8 +468,9 @@ def check_data(
     if train is not None and train.X.shape[0] > 1:
         first = np.asarray(train.X[0])
         constant = True
-        for start in range(0, train.X.shape[0], _HASH_ROWS):
-            if not (np.asarray(train.X[start:start + _HASH_ROWS]) == first).all():
+        step = _block_rows(train.X.shape[1])
+        for start in range(0, train.X.shape[0], step):
+            if not (np.asarray(train.X[start:start + step]) == first).all():
                 constant = False
                 break
         if constant:

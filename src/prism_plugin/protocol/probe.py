@@ -119,6 +119,12 @@ class LogisticProbe:
         """Fast mode: what the solver did (the :data:`FAST_COLUMNS`); ``None`` in the other modes."""
         return dict(self._stats) if self._stats is not None else None
 
+    @property
+    def uses_grid_state(self) -> bool:
+        """Whether a fit depends on the grid's other runs (fast mode's preconditioner and warm starts): such
+        fits are never shared between grids (:mod:`prism_plugin.protocol.fit_memo`)."""
+        return self.backend == "fast"
+
     def prepare_grid(self, state: dict, train, key) -> None:
         """Called by the grid before :meth:`fit`: ``state`` is shared by every fit of one grid call,
         ``train`` the whole training split, ``key`` this run's fraction and seed. Only fast mode uses
