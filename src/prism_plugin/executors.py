@@ -181,6 +181,26 @@ class Executor:
         return {"executor": self.name, "jobs": self.jobs}
 
 
+def check_ray_address(address: str, timeout: float = 3.0) -> None:
+    """``--address HOST:PORT`` (or ``ray://HOST:PORT``): a malformed one, or one where nothing listens,
+    fails at once in one line (``ray.init`` would retry for a long while first). ``auto`` is left to Ray."""
+    import socket
+
+    text = str(address).strip()
+    if text in ("auto", "local"):
+        return
+    bare = text.split("://", 1)[1] if "://" in text else text
+    host, _, port = bare.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise PrismError(f"--address {address}: expected HOST:PORT of a Ray cluster's head "
+                         "(e.g. 10.0.0.1:6379, ray://10.0.0.1:10001) or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise PrismError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}); start one "
+                         f"with `ray start --head --port {port}` on {host}, or fix the address") from None
+
+
 class RayExecutor(Executor):
     """Units as Ray tasks (``--executor ray [--address HOST:PORT]``); a local instance when no address."""
 

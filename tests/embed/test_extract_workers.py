@@ -191,7 +191,6 @@ def test_bad_worker_requests_are_one_line(call, match):
 
 def test_adapter_travels_without_its_network_and_unpicklable_ones_say_so(single):
     import copy
-    import pickle
 
     adapter = copy.copy(single["adapter"])  # built by the in-process extraction
     assert adapter._built and adapter._model is not None

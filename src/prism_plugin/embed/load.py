@@ -237,8 +237,6 @@ def _check_loaded(task: TaskConfig, splits: dict[str, SplitArrays], fingerprints
 
 def transfer_embeddings(task: TaskConfig, adapter, opts, host=None) -> tuple[dict[str, SplitArrays], dict[str, Any]]:
     """Source train/val and target evaluation split, with the task's label maps applied."""
-    from prism_plugin.protocol.labels import apply_label_map
-
     src_cfg, tgt_cfg = task.source_config, task.target_config
     problem = definition_problem(task)
     if problem:
