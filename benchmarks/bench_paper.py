@@ -628,22 +628,17 @@ def main(argv=None) -> int:
         fail("--anchor-scales", "every scale must be in (0, 1]")
     if args.parallel_every < 1:
         fail("--parallel-every", "must be at least 1")
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    groups = [g.strip() for g in args.groups.split(",") if g.strip()]
-    for m in modes:
-        if m not in MODES:
-            fail("--modes", f"unknown {m!r}; choose from {', '.join(MODES)}")
-    for m in models:
-        if m not in MODELS:
-            fail("--models", f"unknown {m!r}; choose from {', '.join(MODELS)}")
-    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
-    for d in datasets:
-        if d not in DATASETS:
-            fail("--datasets", f"unknown {d!r}; choose from {', '.join(DATASETS)}")
-    for g in groups:
-        if g not in GROUPS:
-            fail("--groups", f"unknown {g!r}; choose from {', '.join(GROUPS)}")
+    def pick(flag: str, text: str, known) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        for n in names:
+            if n not in known:
+                fail(flag, f"unknown {n!r}; choose from {', '.join(known)}")
+        return names
+
+    modes = pick("--modes", args.modes, MODES)
+    models = pick("--models", args.models, MODELS)
+    datasets = pick("--datasets", args.datasets, DATASETS)
+    groups = pick("--groups", args.groups, GROUPS)
     if args.regime is not None:
         import bench_grid as bg
 

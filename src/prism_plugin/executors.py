@@ -141,6 +141,11 @@ class Executor:
         #: pools started by this executor (1 for a whole run unless one was stopped by an error)
         self.pools_started = 0
 
+    @property
+    def in_process(self) -> bool:
+        """Whether grids run in this process (``--jobs 1`` locally): what may share state between grids."""
+        return self.name == "local" and self.jobs == 1
+
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             import atexit
@@ -155,7 +160,7 @@ class Executor:
 
     def run(self, job: GridJob, units: Iterable[tuple[float, tuple[int, ...]]]) -> Iterator[tuple[RunKey, dict]]:
         units = list(units)
-        if self.jobs == 1 or (len(units) <= 1 and self._pool is None):
+        if self.jobs == 1 or len(units) <= 1:
             for fraction, seeds in units:
                 yield from run_unit(job, fraction, seeds)
             return

@@ -67,16 +67,16 @@ def fit_tag(task: TaskConfig, model_label: str) -> tuple[str, str]:
     return (str(model_label), str(task.source_task) if task.is_transfer else str(task.name))
 
 
-def _fit_data_key(task: TaskConfig, adapter, split_seed, emb_info: dict[str, Any]) -> str | None:
-    """What the fitted probe's inputs are, as the loader fingerprinted them: the adapter and the content of
-    the train and val features (a transfer task's are its source's); None when the loader gave none."""
+def _fit_data_key(task: TaskConfig, adapter_fp: str, split_seed, emb_info: dict[str, Any]) -> str | None:
+    """What the fitted probe's inputs are, as the loader fingerprinted them: the adapter's fingerprint and the
+    content of the train and val features (a transfer task's are its source's); None when the loader gave none."""
     prefix = "source_" if task.is_transfer else ""
     content, prints = emb_info.get("content") or {}, emb_info.get("fingerprints") or {}
     train = content.get(prefix + "train") or prints.get(prefix + "train")
     if not train:
         return None
     val = content.get(prefix + "val") or prints.get(prefix + "val")
-    return json.dumps([adapter.fingerprint(), split_seed, str(train), str(val) if val else None])
+    return json.dumps([adapter_fp, split_seed, str(train), str(val) if val else None])
 
 
 def make_adapter(host, name: str, model_args: dict[str, Any]):
@@ -346,10 +346,11 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
              "artifact_dir": results.path / "artifacts"}
     t_grid = time.perf_counter()
     executor = opts.executor
-    in_process = executor is None or (executor.name == "local" and executor.jobs == 1)
+    in_process = executor is None or executor.in_process
     memo = opts.fit_memo if in_process else None
     tag = fit_tag(task, adapter.display_name)
-    data_keys = {split_seed: _fit_data_key(task, adapter, split_seed, info) for split_seed, _, _, info in loaded}
+    data_keys = ({split_seed: _fit_data_key(task, units[0].parts["adapter"], split_seed, info)
+                  for split_seed, _, _, info in loaded} if memo is not None and units else {})
     shared_fits = 0
     for unit in units:
         def skip(key, unit=unit) -> bool:

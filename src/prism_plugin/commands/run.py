@@ -75,7 +75,7 @@ def run(args) -> int:
         # a transfer task fits on its source's train/val splits: the same fits as the source's own grid, so
         # the jobs of this command share them (in-process grids only; prism_plugin.protocol.fit_memo)
         memo = None
-        if executor.name == "local" and executor.jobs == 1:
+        if executor.in_process:
             from prism_plugin.protocol.fit_memo import FitMemo
             from prism_plugin.runner import fit_tag
 

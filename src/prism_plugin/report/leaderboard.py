@@ -260,10 +260,7 @@ def rank_figure(points: pd.DataFrame, fractions: Sequence[float], styles) -> byt
             disp = float((sub["rank_auroc"] - sub["rank_cal"]).abs().mean()) if len(sub) else float("nan")
             ax.text(0.97, 0.03, f"mean |rank difference| {disp:.2f}", transform=ax.transAxes, ha="right",
                     va="bottom", fontsize=FONT, bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "#e5e7eb"})
-            ax.set_xlim(0.4, n_max + 0.6)
-            ax.set_ylim(n_max + 0.6, 0.4)
-            ax.set_xticks(range(1, n_max + 1))
-            ax.set_yticks(range(1, n_max + 1))
+            plots.rank_axes(ax, n_max)
             ax.set_xlabel("AUROC rank in dataset (1 = best)")
             ax.set_ylabel("scaled-ECE rank (1 = best)")
             ax.set_title(f"{plots.pct_label(f)} labels")

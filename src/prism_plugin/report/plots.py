@@ -158,6 +158,14 @@ def model_colors(models: Iterable[str]) -> dict[str, str]:
     return {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(models)}
 
 
+def rank_axes(ax, n_max: int) -> None:
+    """Axes of a rank-vs-rank panel: ranks 1..n_max on both, rank 1 top left, half a rank of margin."""
+    ax.set_xlim(0.4, n_max + 0.6)
+    ax.set_ylim(n_max + 0.6, 0.4)
+    ax.set_xticks(range(1, n_max + 1))
+    ax.set_yticks(range(1, n_max + 1))
+
+
 def pct_label(f: float) -> str:
     return f"{round(float(f) * 100.0, 6):g}%"
 
@@ -661,10 +669,7 @@ def rank_scatter(points: pd.DataFrame, fractions: Sequence[float], annotations: 
             jy = rng.uniform(-0.13, 0.13, len(sub))
             ax.scatter(sub["rank_auroc"] + jx, sub["rank_cal"] + jy, s=30,
                        c=[colors[m] for m in sub["model"]], edgecolors="white", linewidths=0.6, zorder=3)
-            ax.set_xlim(0.4, n_max + 0.6)
-            ax.set_ylim(n_max + 0.6, 0.4)
-            ax.set_xticks(range(1, n_max + 1))
-            ax.set_yticks(range(1, n_max + 1))
+            rank_axes(ax, n_max)
             ax.set_xlabel("AUROC rank within dataset (1 = best)")
             ax.set_ylabel("calibration rank by scaled ECE (1 = best)")
             ax.set_title(f"{pct_label(f)} labels")
@@ -797,6 +802,6 @@ def is_png(data: bytes) -> bool:
 
 __all__ = [
     "available", "collapse_heatmap", "ece_curves", "fewshot_gap", "figure", "is_png", "metric_curves",
-    "model_colors", "png", "pool_bins", "rank_scatter", "reliability_grid", "style", "temperature_curves",
+    "model_colors", "png", "pool_bins", "rank_axes", "rank_scatter", "reliability_grid", "style", "temperature_curves",
     "transfer_curves",
 ]
