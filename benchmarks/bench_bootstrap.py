@@ -32,7 +32,7 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from prism_plugin.metrics import bootstrap as bs  # noqa: E402
+from prism_plugin.metrics import resampling as rs  # noqa: E402
 from prism_plugin.metrics import core  # noqa: E402
 
 SCALES = {"pcam": (32_768, 2), "crc": (15_000, 9), "demo": (500, 2), "demo160": (160, 2), "demo3": (160, 3)}
@@ -53,7 +53,7 @@ def make(n: int, k: int, kind: str, seed: int = 0):
 
 
 def naive(y, p, ps, idx, bins=15):
-    out = {m: [] for m in bs.BOOT_METRICS}
+    out = {m: [] for m in rs.BOOT_METRICS}
     for r in idx:
         yy, pp, qq = y[r], p[r], ps[r]
         out["auroc"].append(core.auroc(yy, pp))
@@ -86,16 +86,16 @@ def main() -> None:
             times = []
             for _ in range(args.repeat):
                 t0 = time.perf_counter()
-                bs.run_bootstrap(y, p, ps, 15, args.n, 0)
+                rs.run_bootstrap(y, p, ps, 15, args.n, 0)
                 times.append(time.perf_counter() - t0)
             fast = float(np.median(times))
-            idx = bs.bootstrap_indices(y, args.naive, 0)
+            idx = rs.bootstrap_indices(y, args.naive, 0)
             t0 = time.perf_counter()
             ref = naive(y, p, ps, idx)
             per_rep = (time.perf_counter() - t0) / args.naive
-            got = bs.replicate_metrics(y, p, ps, idx, 15)
+            got = rs.replicate_metrics(y, p, ps, idx, 15)
             diff = max(float(np.nanmax(np.abs(got[m] - ref[m]))) if np.isfinite(ref[m]).any() else 0.0
-                       for m in bs.BOOT_METRICS)
+                       for m in rs.BOOT_METRICS)
             slow = per_rep * args.n
             share = (f"{100 * fast / CELL_SECONDS[scale][0]:.1f} % / {100 * fast / CELL_SECONDS[scale][1]:.1f} %"
                      if scale in CELL_SECONDS else "-")

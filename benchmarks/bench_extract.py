@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
-    from prism_plugin.data.sources import ImageSplit
+    from prism_plugin.data.base import ImageSplit
     from prism_plugin.embed.cache import EmbeddingCache
     from prism_plugin.embed.extract import default_workers, extract_split, pick_device
     from prism_plugin.model_adapters.timm_generic import TimmAdapter
@@ -168,7 +168,7 @@ def compare_workers(args) -> int:
     """1 worker (in-process) against ``args.extract_workers`` workers on the same tiles: interleaved pairs."""
     import numpy as np
 
-    from prism_plugin.data.sources import ImageSplit
+    from prism_plugin.data.base import ImageSplit
     from prism_plugin.embed.cache import SHARD_ENV, EmbeddingCache
     from prism_plugin.embed.extract import extract_split
     from prism_plugin.embed.workers import LocalShardWorkers, RayShardWorkers

@@ -249,7 +249,7 @@ def reference_grid(train, val, test) -> list[dict]:
 # ------------------------------------------------------------------- (b), (c), (d)
 def ours_grid(train, val, test, backend: str) -> list[dict]:
     from prism_plugin.api import evaluate
-    from prism_plugin.protocol import probe as probe_mod
+    from prism_plugin.heads import logistic as probe_mod
 
     iters: list[tuple[int, int]] = []
     if backend == "sklearn":  # record lbfgs's iteration count per fit (instrumentation only, outside the solver)

@@ -255,7 +255,7 @@ def cell_splits(cell: Cell, data: dict):
 def fast_supported() -> tuple[bool, str]:
     """Does prism_plugin accept ``probe.backend: fast``?"""
     from prism_plugin.errors import PrismError
-    from prism_plugin.protocol.inputs import check_probe
+    from prism_plugin.protocol.settings import check_probe
 
     try:
         check_probe({"kind": "logistic", "backend": "fast"})
@@ -317,7 +317,8 @@ class Runner:
         import bench_grid as bg
         from prism_plugin.executors import GridJob, SplitRef, driver_blas_threads, make_executor, plan_units
         from prism_plugin.protocol.grid import GridSpec
-        from prism_plugin.protocol.inputs import SplitArrays, check_probe
+        from prism_plugin.protocol.inputs import SplitArrays
+        from prism_plugin.protocol.settings import check_probe
 
         spec = GridSpec(fractions=tuple(bg.FRACTIONS), seeds=tuple(bg.SEEDS),
                         probe=check_probe({"kind": "logistic", "C": 1.0, "max_iter": 1000, "backend": backend}))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from prism_plugin.embed.adapter import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
-from prism_plugin.model_adapters.dinov2 import VIT_SIZE, AUDIT_SIZE, DINOV2_ARCHS, DinoV2Family
+from prism_plugin.model_adapters.dinov2 import VIT_SIZE, AUDIT_SIZE, DINOV2_ARCHS, DinoV2Family, sized
 
 #: the audit's input: the timm data config of the hub copies (bicubic, crop_pct 1.0, ImageNet) at 224
 DINOBLOOM_AUDIT = Preprocessing(AUDIT_SIZE, AUDIT_SIZE, IMAGENET_MEAN, IMAGENET_STD, "bicubic")
@@ -33,7 +33,6 @@ DINOBLOOM_CARD = Preprocessing(AUDIT_SIZE, AUDIT_SIZE, IMAGENET_MEAN, IMAGENET_S
 DINOBLOOM_PRETRAINING = ("Matek", "Raabin", "MLL23", "LabAnonymous", "LVD-142M")
 
 _TIMM_SIZE_NAMES = {"S": "small", "B": "base", "L": "large", "G": "giant"}
-_ZENODO = "https://zenodo.org/records/10908163"
 
 
 class _DinoBloom(DinoV2Family):
@@ -70,31 +69,8 @@ class _DinoBloom(DinoV2Family):
         cls.arch_short = f"ViT-{VIT_SIZE[cls.size]}/14{' SwiGLU' if swiglu else ''} (timm)"
 
 
-class DinoBloomS(_DinoBloom):
-    name = "dinobloom_s"
-    display_name = "DinoBloom-S"
-    size = "S"
-
-
-class DinoBloomB(_DinoBloom):
-    name = "dinobloom_b"
-    display_name = "DinoBloom-B"
-    size = "B"
-
-
-class DinoBloomL(_DinoBloom):
-    name = "dinobloom_l"
-    display_name = "DinoBloom-L"
-    size = "L"
-
-
-class DinoBloomG(_DinoBloom):
-    name = "dinobloom_g"
-    display_name = "DinoBloom-G"
-    size = "G"
-    default_dtype = "bf16"  # 1.1B parameters: bf16 autocast on CUDA (fp32 with dtype=fp32)
-
-
+DinoBloomS, DinoBloomB, DinoBloomL = (sized(_DinoBloom, s) for s in "SBL")
+DinoBloomG = sized(_DinoBloom, "G", default_dtype="bf16")  # 1.1B parameters: bf16 autocast on CUDA
 DINOBLOOM_MODELS = (DinoBloomS, DinoBloomB, DinoBloomL, DinoBloomG)
 
 

@@ -105,6 +105,13 @@ def dinov2_to_timm(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def sized(base: type, size: str, **attrs: Any) -> type:
+    """The ``size`` member of family ``_Family``: class ``FamilyS``, name ``family_s``, shown as ``Family-S``."""
+    family = base.__name__.lstrip("_")
+    return type(f"{family}{size}", (base,), {"__module__": base.__module__, "name": f"{family.lower()}_{size.lower()}",
+                                            "display_name": f"{family}-{size}", "size": size, **attrs})
+
+
 class DinoV2Family(PatchViTFoundation):
     """DINOv2-architecture ViT (timm ``vit_*_patch14_dinov2``): LayerScale, no registers, 14 px patches.
 
@@ -163,25 +170,7 @@ class _DINOv2(DinoV2Family):
         cls.arch_short = f"ViT-{VIT_SIZE[cls.size]}/14 (timm)"
 
 
-class DINOv2S(_DINOv2):
-    name = "dinov2_s"
-    display_name = "DINOv2-S"
-    size = "S"
-
-
-class DINOv2B(_DINOv2):
-    name = "dinov2_b"
-    display_name = "DINOv2-B"
-    size = "B"
-
-
-class DINOv2L(_DINOv2):
-    name = "dinov2_l"
-    display_name = "DINOv2-L"
-    size = "L"
-
-
-DINOV2_MODELS = (DINOv2S, DINOv2B, DINOv2L)
+DINOv2S, DINOv2B, DINOv2L = DINOV2_MODELS = tuple(sized(_DINOv2, s) for s in "SBL")
 
 
 def register(register) -> None:
@@ -189,5 +178,5 @@ def register(register) -> None:
         register(cls.name, cls, description=cls.ls_description())
 
 
-__all__ = ["DINOv2S", "DINOv2B", "DINOv2L", "DinoV2Family", "PatchViTFoundation", "dinov2_to_timm", "with_size",
-           "DINOV2_ARCHS"]
+__all__ = ["DINOv2S", "DINOv2B", "DINOv2L", "DinoV2Family", "PatchViTFoundation", "dinov2_to_timm", "sized",
+           "with_size", "DINOV2_ARCHS"]

@@ -7,18 +7,9 @@ device without weights), the embedding recipes (``poolings``: name -> width,
 the PRISM recipe being the default) and the preprocessing ``profiles``
 (``prism_main`` = the paper's Table 4, ``model_card`` = its Table 6).
 
-``--model-args`` understood by every FM adapter:
-
-* ``profile``: ``prism_main`` (default) or ``model_card`` (the hematology-audit encoders:
-  ``audit``, the default, or ``model_card``).
-* ``pooling``: one of the adapter's recipes (see ``prism-run ls adapters``).
-* ``checkpoint=PATH``: a local state dict (``.safetensors``, ``.bin``, ``.pt``,
-  ``.pth``) or a folder holding the hub's weight file; no hub access then.
-* ``revision``: hub revision (branch, tag or commit) to download.
-* ``pretrained=false``: the same architecture with random weights (``seed``).
-* ``dtype``: ``fp32`` / ``bf16`` / ``fp16`` autocast on CUDA (default: the
-  adapter's documented policy; CPU always runs fp32).
-* ``normalize`` (L2, default true), ``batch_size``, ``device``.
+``--model-args`` understood by every FM adapter (``profile``, ``pooling``, ``checkpoint``, ``revision``,
+``pretrained``, ``dtype``, ``normalize``, ``batch_size``, ``device``): docs/models.md. The hematology-audit
+encoders' profiles are ``audit`` (default) and ``model_card``.
 
 Weights are downloaded before the network is built, so a missing or refused
 download fails in well under a second offline (see

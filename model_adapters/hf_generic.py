@@ -5,13 +5,9 @@
 ``prism-plugin[transformers]``. Models whose configuration carries a
 ``vision_config`` (CLIP, SigLIP, ...) contribute their vision tower.
 
-``--model-args``:
-
-* ``pooling``: ``cls`` (default: ``last_hidden_state[:, 0]``), ``mean`` (mean
-  of patch tokens, class and register tokens excluded), ``cls+mean``
-  (concatenation) or ``pooler`` (the model's ``pooler_output``).
-* ``revision``: hub revision; ``pretrained=false``: random weights from the
-  configuration (``seed``); ``dtype``: CUDA autocast (default ``fp32``).
+``--model-args``: ``pooling`` = ``cls`` (default, ``last_hidden_state[:, 0]``), ``mean`` (patch tokens;
+class and register tokens excluded), ``cls+mean`` or ``pooler`` (``pooler_output``); ``revision``;
+``pretrained=false`` (random weights, ``seed``); ``dtype`` (CUDA autocast, default ``fp32``).
 
 Preprocessing comes from the repository's ``preprocessor_config.json`` (size,
 crop size, mean, std, resample), else 224 px and ImageNet statistics. The

@@ -48,28 +48,25 @@ class _LunitDINO(TimmFoundation):
     poolings = {"cls": 384, "mean": 384, "cls+mean": 768}
     pretraining_data = ("TCGA", "TULIP")
     ignore_prefixes = ("head.",)
+    timm_kwargs = {"num_classes": 0, "global_pool": "token", "img_size": 224}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        p = cls.patch
+        cls.name, cls.display_name = f"lunit_dino_s{p}", f"Lunit-DINO-S/{p}"
+        cls.timm_arch = f"vit_small_patch{p}_224"
+        cls.hub_id = f"1aurent/{cls.timm_arch}.lunit_dino"
+        cls.architecture = f"DINO ViT-S/{p} (timm {cls.timm_arch}), 12 blocks, width 384"
+        cls.arch_short = f"ViT-S/{p} (timm)"
+        cls.arch_facts = {"embed_dim": 384, "patch_size": p, "depth": 12, "reg_tokens": 0}
 
 
 class LunitDINOS16(_LunitDINO):
-    name = "lunit_dino_s16"
-    display_name = "Lunit-DINO-S/16"
-    hub_id = "1aurent/vit_small_patch16_224.lunit_dino"
-    architecture = "DINO ViT-S/16 (timm vit_small_patch16_224), 12 blocks, width 384"
-    arch_short = "ViT-S/16 (timm)"
-    arch_facts = {"embed_dim": 384, "patch_size": 16, "depth": 12, "reg_tokens": 0}
-    timm_arch = "vit_small_patch16_224"
-    timm_kwargs = {"num_classes": 0, "global_pool": "token", "img_size": 224}
+    patch = 16
 
 
 class LunitDINOS8(_LunitDINO):
-    name = "lunit_dino_s8"
-    display_name = "Lunit-DINO-S/8"
-    hub_id = "1aurent/vit_small_patch8_224.lunit_dino"
-    architecture = "DINO ViT-S/8 (timm vit_small_patch8_224), 12 blocks, width 384"
-    arch_short = "ViT-S/8 (timm)"
-    arch_facts = {"embed_dim": 384, "patch_size": 8, "depth": 12, "reg_tokens": 0}
-    timm_arch = "vit_small_patch8_224"
-    timm_kwargs = {"num_classes": 0, "global_pool": "token", "img_size": 224}
+    patch = 8
 
 
 LUNIT_MODELS = (LunitDINOS16, LunitDINOS8)

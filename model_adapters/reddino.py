@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from prism_plugin.embed.adapter import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
-from prism_plugin.model_adapters.dinov2 import AUDIT_SIZE, DINOV2_ARCHS, DinoV2Family
+from prism_plugin.model_adapters.dinov2 import AUDIT_SIZE, DINOV2_ARCHS, DinoV2Family, sized
 
 #: the timm data config the authors push (224 px, bicubic, crop_pct 1.0, ImageNet statistics)
 REDDINO_AUDIT = Preprocessing(AUDIT_SIZE, AUDIT_SIZE, IMAGENET_MEAN, IMAGENET_STD, "bicubic")
@@ -57,25 +57,7 @@ class _RedDino(DinoV2Family):
         cls.arch_short = f"ViT-{cls.size}/14 (timm)"
 
 
-class RedDinoS(_RedDino):
-    name = "reddino_s"
-    display_name = "RedDino-S"
-    size = "S"
-
-
-class RedDinoB(_RedDino):
-    name = "reddino_b"
-    display_name = "RedDino-B"
-    size = "B"
-
-
-class RedDinoL(_RedDino):
-    name = "reddino_l"
-    display_name = "RedDino-L"
-    size = "L"
-
-
-REDDINO_MODELS = (RedDinoS, RedDinoB, RedDinoL)
+RedDinoS, RedDinoB, RedDinoL = REDDINO_MODELS = tuple(sized(_RedDino, s) for s in "SBL")
 
 
 def register(register) -> None:

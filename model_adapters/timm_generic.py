@@ -1,16 +1,9 @@
 """Generic adapter for any timm architecture: ``--model timm:<name>``.
 
-``--model-args`` (comma-separated ``key=value``):
-
-* ``pretrained`` (default true): download weights through timm / the HF hub.
-  ``false`` builds the architecture with random weights (seeded by ``seed``).
-* ``checkpoint=PATH``: load a local state dict instead of downloading.
-* ``pooling``: ``default`` (timm's own head-less output), ``cls``, ``mean``
-  (mean of patch tokens) or ``cls+mean`` (concatenation, twice the width).
-* ``img_size``: input size for ViT-style models (changes the preprocessing).
-* ``seed`` (default 0): RNG seed of random initialisation.
-* ``dtype`` (default ``fp32``): ``bf16`` / ``fp16`` autocast during CUDA extraction.
-* plus ``normalize``, ``batch_size``, ``device`` (see the adapter base).
+``--model-args``: ``pretrained`` (default true; false = random weights seeded by ``seed``, default 0),
+``checkpoint=PATH``, ``pooling`` (``default`` = timm's head-less output, ``cls``, ``mean`` of patch tokens,
+``cls+mean``), ``img_size`` (ViT-style models), ``dtype`` (CUDA autocast, default ``fp32``), plus
+``normalize``, ``batch_size``, ``device`` (see the adapter base).
 
 Hub weights (``pretrained=true``, including ``timm:hf-hub:<repo>``) are fetched
 after :func:`prism_plugin.embed.hub.prepare_hub`: offline (``--offline``,

@@ -146,8 +146,8 @@ def run_cli():
 @pytest.fixture(scope="module")
 def reference_tables():
     """The published per-run tables as RunTables (skips when ../shared is absent)."""
-    from prism_plugin.tables import RunTables
+    from prism_plugin.tables import tables_from_reference_dir
 
     if not (REFERENCE / "indomain_all_v2.csv").exists():
         pytest.skip(f"reference tables not found under {REFERENCE} (set PRISM_SHARED)")
-    return RunTables.from_reference_dir(REFERENCE)
+    return tables_from_reference_dir(REFERENCE)

@@ -9,8 +9,8 @@ import pandas as pd
 from prism_plugin.errors import PrismError
 from prism_plugin.plugins import PluginHost, get_host
 from prism_plugin.protocol.grid import DEFAULT_FRACTIONS, DEFAULT_SEEDS, GridSpec, grid_keys, run_grid
-from prism_plugin.protocol.inputs import (SplitArrays, check_data, check_grid_settings, check_overlap_allowance,
-                                         check_splits)
+from prism_plugin.protocol.inputs import SplitArrays, check_data, check_overlap_allowance, check_splits
+from prism_plugin.protocol.settings import check_fractions, check_grid_settings
 from prism_plugin.results import rows_to_frame
 
 
@@ -49,27 +49,6 @@ def _label(value: Any, where: str) -> str:
     return str(value)
 
 
-def check_fractions(fractions: Iterable[float], where: str = "label_fractions") -> tuple[float, ...]:
-    if isinstance(fractions, (str, bytes)) or not isinstance(fractions, Iterable):
-        raise PrismError(f"{where}: pass a list of fractions in (0, 1], e.g. [0.01, 0.1, 1.0]; got {fractions!r}")
-    out = []
-    for f in fractions:
-        if isinstance(f, bool):
-            raise PrismError(f"{where}: {f!r} is not a number; use values in (0, 1]")
-        try:
-            f = float(f)
-        except (TypeError, ValueError):
-            raise PrismError(f"{where}: {f!r} is not a number; use values in (0, 1]") from None
-        if not (0.0 < f <= 1.0):
-            raise PrismError(f"{where}: fraction {f} is outside (0, 1]; use e.g. 0.01 for 1 %")
-        out.append(f)
-    if not out:
-        raise PrismError(f"{where}: at least one label fraction is needed")
-    if len({f"{f:g}" for f in out}) != len(out):
-        raise PrismError(f"{where}: {out} contains duplicates (values equal to 6 significant digits)")
-    return tuple(out)
-
-
 def evaluate(
     train: Any,
     val: Any,
@@ -93,39 +72,33 @@ def evaluate(
 ) -> pd.DataFrame:
     """Run the PRISM protocol on train/val/test embeddings; return the per-run table.
 
-    Each split is a ``(features, labels)`` pair (``val`` may be ``None``: the
-    temperature and scaled ECE are then NaN). Labels must be integers
-    0..K-1 (integer-valued floats are accepted); every class needs a training
-    sample; a test split with a single class gives AUROC NaN (PROTOCOL §3).
-    Any bad input raises :class:`~prism_plugin.errors.PrismError` naming the
-    split or argument (see :mod:`prism_plugin.protocol.inputs`). Columns follow ``indomain_all_v2.csv`` plus ``nll``,
-    ``nll_scaled`` and metadata; one row per fraction x seed, fraction
-    ascending then seeds in the given order.
+    Each split is a ``(features, labels)`` pair (``val`` may be ``None``: the temperature and scaled ECE are then
+    NaN). Labels must be integers 0..K-1 (integer-valued floats are accepted); every class needs a training sample;
+    a test split with a single class gives AUROC NaN (PROTOCOL §3). Any bad input raises
+    :class:`~prism_plugin.errors.PrismError` naming the split or argument (see
+    :mod:`prism_plugin.protocol.inputs`). Columns follow ``indomain_all_v2.csv`` plus ``nll``, ``nll_scaled`` and
+    metadata; one row per fraction x seed, fraction ascending then seeds in the given order.
 
-    ``binary_logits="natural"`` reports binary temperatures on the sigmoid
-    scale (identity T = 1) instead of the reference's ``[-d, d]`` scale
-    (identity T = 2); probabilities and ECE are the same either way up to the
-    search box, which is [0.05, 5] on the natural scale in the reference.
+    ``binary_logits="natural"`` reports binary temperatures on the sigmoid scale (identity T = 1) instead of the
+    reference's ``[-d, d]`` scale (identity T = 2); probabilities and ECE are the same either way up to the search
+    box, which is [0.05, 5] on the natural scale in the reference.
 
-    ``plugins``: extra plugin objects (modules or objects with ``@hookimpl`` functions) used for this
-    call beside the installed ones, e.g. a metric under development.
+    ``plugins``: extra plugin objects (modules or objects with ``@hookimpl`` functions) used for this call beside
+    the installed ones, e.g. a metric under development.
 
-    The splits are checked together (:func:`prism_plugin.protocol.inputs.check_data`): identical
-    val and test (or train and test) raise a PrismError unless ``allow_split_overlap`` names the
-    pair (e.g. ``["val", "test"]``); rows shared between splits, all-zero rows, large feature
-    scales, a one-class test split and rare classes are warned about. The data checks found are in
-    the returned table's ``attrs["data_checks"]``.
+    The splits are checked together (:func:`prism_plugin.protocol.inputs.check_data`): identical val and test (or
+    train and test) raise a PrismError unless ``allow_split_overlap`` names the pair (e.g. ``["val", "test"]``);
+    rows shared between splits, all-zero rows, large feature scales, a one-class test split and rare classes are
+    warned about. The data checks found are in the returned table's ``attrs["data_checks"]``.
 
-    ``probability_dtype="float32"`` computes Brier and every ECE column on the reference's floating-point
-    path (float32 ``predict_proba`` output and float32 scaled probabilities, see
-    :mod:`prism_plugin.protocol.float32_path`), so they equal the reference evaluator's values bit for
-    bit; the default ``"float64"`` does the metric arithmetic in float64 (differences of about 1e-8).
+    ``probability_dtype="float32"`` computes Brier and every ECE column on the reference's floating-point path
+    (float32 ``predict_proba`` output and float32 scaled probabilities, see
+    :mod:`prism_plugin.protocol.float32_path`), so they equal the reference evaluator's values bit for bit; the
+    default ``"float64"`` does the metric arithmetic in float64 (differences of about 1e-8).
     """
     import warnings
 
     fractions = check_fractions(fractions)
-    settings = check_grid_settings(seeds=seeds, C=C, max_iter=max_iter, ece_bins=ece_bins,
-                                   proportional_val=proportional_val, probe=probe)
     if not isinstance(binary_logits, str) or binary_logits not in ("symmetric", "natural"):
         raise PrismError(f"binary_logits must be 'symmetric' or 'natural', got {binary_logits!r}")
     allowed = check_overlap_allowance(allow_split_overlap, "allow_split_overlap")
@@ -137,6 +110,9 @@ def evaluate(
         raise PrismError(f"plugins: pass a list of plugin objects (modules or objects with @hookimpl functions), "
                          f"got {plugins!r}")
     plugins = list(plugins)
+    host = PluginHost(disable=disable, extra_plugins=plugins) if plugins else get_host(disable)
+    settings = check_grid_settings(seeds=seeds, C=C, max_iter=max_iter, ece_bins=ece_bins,
+                                   proportional_val=proportional_val, probe=probe, host=host)
     model, dataset = _label(model, "model"), _label(dataset, "dataset")
     tr, va, te = _split(train, "train"), _split(val, "val", required=False), _split(test, "test")
     k = check_splits(tr, va, te, n_classes)
@@ -155,7 +131,6 @@ def evaluate(
         binary_logits=binary_logits,
         proportional_val=settings["proportional_val"],
     )
-    host = PluginHost(disable=disable, extra_plugins=plugins) if plugins else get_host(disable)
     ident = {"task": dataset, "adapter": model, "model": model, "dataset": dataset}
     if probability_dtype != "float64":
         ident["meta"] = {"probability_dtype": probability_dtype}
@@ -165,4 +140,4 @@ def evaluate(
     return out
 
 
-__all__ = ["evaluate", "check_fractions", "SplitArrays"]
+__all__ = ["evaluate", "SplitArrays"]

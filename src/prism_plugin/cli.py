@@ -1,13 +1,12 @@
 """``prism-run``: argument parsing and dispatch only; the work is done by the modules it calls.
 
 * ``prism-run --task T --model M ...`` is the main job (:mod:`prism_plugin.commands.run`).
-* ``prism-run NAME ...`` is a subcommand from the command registry (``host.commands``), filled by
-  the ``register_commands`` hook: the built-ins of :data:`prism_plugin.commands.BUILTIN_COMMANDS`
-  and any plugin's, the same way. The plugin host is built before parsing (``--disable X`` is
-  read from the command line first, ``PRISM_DISABLE_PLUGINS`` by the host).
-* ``--model-args`` belong to the ``--model`` before them (``--model A --model-args k=v --model B
-  --model-args k=w``), or go in brackets (``--model 'A[k=v,k2=w]'``); with one model they may
-  come anywhere.
+* ``prism-run NAME ...`` is a subcommand from the command registry (``host.commands``), filled by the
+  ``register_commands`` hook: the built-ins of :data:`prism_plugin.commands.BUILTIN_COMMANDS` and any plugin's, the
+  same way. The plugin host is built before parsing (``--disable X`` is read from the command line first,
+  ``PRISM_DISABLE_PLUGINS`` by the host).
+* ``--model-args`` belong to the ``--model`` before them (``--model A --model-args k=v --model B --model-args
+  k=w``), or go in brackets (``--model 'A[k=v,k2=w]'``); with one model they may come anywhere.
 """
 
 from __future__ import annotations
@@ -161,7 +160,7 @@ def _calling(entry, stage: str, debug: bool, call, *args: Any):
     except (PrismError, KeyboardInterrupt):
         raise
     except OSError as exc:
-        from prism_plugin.fsfaults import is_file_system_fault
+        from prism_plugin.storage import is_file_system_fault
 
         if debug or is_file_system_fault(exc):  # a full or read-only disk is not the command's bug
             raise
@@ -271,7 +270,7 @@ def _main(argv: list[str], host, debug: bool) -> int:
         print(f"{PROG}: {what}; finished runs are kept, rerun the same command to resume", file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
     except OSError as exc:  # the file system's fault (full, read-only, quota, names): the path and the fix
-        from prism_plugin.fsfaults import describe, is_file_system_fault
+        from prism_plugin.storage import describe, is_file_system_fault
 
         if debug or not is_file_system_fault(exc):
             if debug:

@@ -1,21 +1,20 @@
 """The plugin contract: what plugins receive and return. The ground floor of the house.
 
-Every layer may import this module; it imports nothing of prism-plugin above
-:mod:`prism_plugin.errors` at import time (numerical helpers are imported where
-they are used). Types:
+Pure data: every layer may import this module, and it imports nothing of prism-plugin but the
+ground floor (:mod:`prism_plugin.errors`), also not inside functions. Behaviour that needs a
+module above is given by whoever builds the object (the protocol's temperature scaling of a
+:class:`RunContext`, the rows a :class:`ReportView` shows). Types:
 
-* :class:`RunContext`, :class:`RunFeatures`, :class:`CalibrationSet` - one run, as a
-  ``run_metrics`` hook sees it;
-* :class:`RunTables` - the per-run tables by table kind, as a ``summarize`` hook sees them;
-  :class:`SummaryOutput` - what it returns;
-* :class:`ReportSection` and :class:`ReportView` - what a ``report_sections`` hook returns
-  and reads (also importable from :mod:`prism_plugin.report.sections`).
+* :class:`RunContext`, :class:`RunFeatures`, :class:`CalibrationSet` - one run, as a ``run_metrics`` hook sees it;
+* :class:`RunTables` - the per-run tables by table kind, as a ``summarize`` hook sees them; :class:`SummaryOutput`
+  - what it returns;
+* :class:`ReportSection` and :class:`ReportView` - what a ``report_sections`` hook returns and reads (also
+  importable from :mod:`prism_plugin.report.sections`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -46,9 +45,8 @@ class CalibrationSet:
 class RunFeatures:
     """Read-only access to the features of one run, for plugins that work on embeddings.
 
-    * ``train_X`` / ``train_y``: the training subset the head was fitted on (the run's fraction x
-      seed subset of the train split; for transfer tasks the **source** train split), materialised
-      on first access.
+    * ``train_X`` / ``train_y``: the training subset the head was fitted on (the run's fraction x seed subset of
+      the train split; for transfer tasks the **source** train split), materialised on first access.
     * ``val_X`` / ``val_y``: the validation split (source val for transfer tasks) or ``None``.
     * ``test_X`` / ``test_y``: the evaluation split (the **target** for transfer tasks).
     * ``head``: the fitted probe head (``evaluate(X) -> ProbeOutput``); do not refit it.
@@ -101,30 +99,28 @@ class RunContext:
 
     Arrays are read-only views shared by every plugin: do not modify them.
 
-    * ``y_test``, ``proba_test`` (``(N, K)``, float64), ``logits_test``
-      (``(N, K)``; binary problems use the convention named in
-      ``binary_logits``: ``symmetric`` = ``[-d, d]`` with neutral T = 2),
-      ``pred_test`` (arg-max).
-    * ``calibration``: named held-out splits to fit temperatures on. ``"val"``
-      is the full validation split of the data the probe was trained on (the
-      protocol's temperature); ``"val_prop"`` the proportional subset, when the
+    * ``y_test``, ``proba_test`` (``(N, K)``, float64), ``logits_test`` (``(N, K)``; binary problems use the
+      convention named in ``binary_logits``: ``symmetric`` = ``[-d, d]`` with neutral T = 2), ``pred_test``
+      (arg-max).
+    * ``calibration``: named held-out splits to fit temperatures on. ``"val"`` is the full validation split of the
+      data the probe was trained on (the protocol's temperature); ``"val_prop"`` the proportional subset, when the
       task asks for it. Never the evaluation split.
-    * ``temperature(name)`` fits (once, cached) and returns T, or NaN when that
-      split is absent.
+    * ``temperature(name)`` fits (once, cached) and returns T, or NaN when that split is absent;
+      ``scaled_proba(T)`` and ``neutral_temperature`` apply the same ``scaling`` (given by the grid:
+      :data:`prism_plugin.protocol.grid.SCALING`).
     * ``meta``: task kind, dataset/pair names and anything a task adds.
-    * ``features`` (optional, ``None`` when the caller has no features): a
-      :class:`RunFeatures` with the run's train subset, val and test features
-      and the fitted head, for plugins that adapt or probe embeddings.
-    * ``artifact_dir`` (optional): a folder where a plugin may write per-run
-      files (e.g. per-example predictions) beside the results; ``None`` = none.
+    * ``features`` (optional, ``None`` when the caller has no features): a :class:`RunFeatures` with the run's
+      train subset, val and test features and the fitted head, for plugins that adapt or probe embeddings.
+    * ``artifact_dir`` (optional): a folder where a plugin may write per-run files (e.g. per-example predictions)
+      beside the results; ``None`` = none.
     * ``host`` (optional): the plugin host running the grid, for registry lookups
       (``run.host.registry("adaptation")``); ``None`` means the shared host.
-    * ``split_seed``: the source split seed of this run when the task has ``split_seeds`` (a grid
-      dimension), else ``None``.
-    * ``run_id``: the run's cell id, unique within its task: ``f<fraction>-s<seed>`` for a task
-      without ``split_seeds``/``probes`` (the default), else with ``-split<S>`` and/or ``-<probe kind>``
-      appended (``f1-s0-split3-knn1``); file-safe, e.g. for per-run artifacts
-      (``<task>--<run_id>.npz``). ``meta["probe"]`` is the probe kind.
+    * ``split_seed``: the source split seed of this run when the task has ``split_seeds`` (a grid dimension), else
+      ``None``.
+    * ``run_id``: the run's cell id, unique within its task: ``f<fraction>-s<seed>`` for a task without
+      ``split_seeds``/``probes`` (the default), else with ``-split<S>`` and/or ``-<probe kind>`` appended
+      (``f1-s0-split3-knn1``); file-safe, e.g. for per-run artifacts (``<task>--<run_id>.npz``). ``meta["probe"]``
+      is the probe kind.
     """
 
     task: str
@@ -151,6 +147,9 @@ class RunContext:
     host: Any = field(default=None, repr=False, compare=False)
     split_seed: int | None = None
     run_id: str = ""
+    #: the protocol's temperature scaling: ``fit(logits, labels, bounds) -> T``, ``apply(logits, T) -> proba``,
+    #: ``neutral(n_classes, convention) -> T`` (:data:`prism_plugin.protocol.grid.SCALING`)
+    scaling: Any = field(default=None, repr=False, compare=False)
     _temperatures: dict[str, float] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -162,20 +161,22 @@ class RunContext:
         if not self.run_id:
             self.run_id = f"f{float(self.fraction):g}-s{self.seed}"
 
+    def _scaling(self) -> Any:
+        if self.scaling is None:
+            raise RuntimeError("this RunContext has no temperature scaling: build it with "
+                               "scaling=prism_plugin.protocol.grid.SCALING")
+        return self.scaling
+
     @property
     def neutral_temperature(self) -> float:
-        from prism_plugin.metrics.core import neutral_temperature
-
-        return neutral_temperature(self.n_classes, self.binary_logits)
+        return self._scaling().neutral(self.n_classes, self.binary_logits)
 
     def temperature(self, name: str = "val") -> float:
         """T fitted on the named calibration split (bounded Brent on NLL); NaN if absent."""
-        from prism_plugin.protocol.temperature import fit_temperature
-
         if name not in self._temperatures:
             cal = self.calibration.get(name)
             self._temperatures[name] = (
-                float("nan") if cal is None else fit_temperature(cal.logits, cal.labels, self.t_bounds)
+                float("nan") if cal is None else self._scaling().fit(cal.logits, cal.labels, self.t_bounds)
             )
         return self._temperatures[name]
 
@@ -183,9 +184,7 @@ class RunContext:
         """``softmax(logits_test / T)``; ``None`` when T is NaN."""
         if not np.isfinite(temperature):
             return None
-        from prism_plugin.metrics.core import probabilities_from_logits
-
-        return probabilities_from_logits(self.logits_test, temperature)
+        return self._scaling().apply(self.logits_test, temperature)
 
 
 # -- per-run tables and summaries ---------------------------------------------------------
@@ -194,8 +193,8 @@ class RunTables:
     """The per-run tables a summary may read, by table kind; an absent kind reads as ``None``.
 
     ``tables.indomain`` and ``tables["indomain"]`` are the same table. The kinds are a registry
-    (``register_tables`` hook; built in: :data:`BUILTIN_TABLES`); a plugin's own kind is read the
-    same way.
+    (``register_tables`` hook); a plugin's own kind is read the same way. A directory in the
+    published layout is read by :func:`prism_plugin.tables.tables_from_reference_dir`.
     """
 
     def __init__(self, tables: Mapping[str, pd.DataFrame | None] | None = None, **kinds: pd.DataFrame | None):
@@ -229,17 +228,6 @@ class RunTables:
     def __repr__(self) -> str:  # pragma: no cover
         return f"RunTables({', '.join(f'{k}: {len(v)} rows' for k, v in self.items())})"
 
-    @classmethod
-    def from_reference_dir(cls, directory: str | Path, *, required: tuple[str, ...] = (), host=None) -> "RunTables":
-        """Read a directory with the published results_v2 layout (one file per table kind).
-
-        Files that are absent leave their table ``None`` unless named in
-        ``required``; a file that is present but malformed is an error naming it.
-        """
-        from prism_plugin.tables import tables_from_reference_dir
-
-        return tables_from_reference_dir(directory, required=required, host=host)
-
 
 @dataclass
 class SummaryOutput:
@@ -272,14 +260,12 @@ class SummaryOutput:
 class ReportSection:
     """A titled block of Markdown, optionally with PNG figures (name -> bytes).
 
-    ``captions`` gives a caption per figure name; ``not_shown`` lists, one
-    line each, what this section would show but cannot, and why (rendered as
-    a visible note and collected in the report's "Not shown" list); ``key`` is
-    a stable anchor (derived from the title when empty); ``summary`` is a
-    one-line teaser used in the table of contents; ``html``, when set, is the
-    section's body in the HTML report (``body`` stays the Markdown twin);
-    ``tables`` (stem -> DataFrame) are written as ``<stem>.csv`` beside the
-    summary tables, so the report's numbers can be traced to a file.
+    ``captions`` gives a caption per figure name; ``not_shown`` lists, one line each, what this section would show
+    but cannot, and why (rendered as a visible note and collected in the report's "Not shown" list); ``key`` is a
+    stable anchor (derived from the title when empty); ``summary`` is a one-line teaser used in the table of
+    contents; ``html``, when set, is the section's body in the HTML report (``body`` stays the Markdown twin);
+    ``tables`` (stem -> DataFrame) are written as ``<stem>.csv`` beside the summary tables, so the report's numbers
+    can be traced to a file.
     """
 
     title: str
@@ -304,24 +290,23 @@ class ReportSection:
 
 @dataclass
 class ReportView:
-    """What report plugins read.
+    """What report plugins read (built by :func:`prism_plugin.report.sections.read_view`, or by the report builder,
+    which also fills the summaries).
 
-    * ``path``: the folder the report is written to (a results directory, or
-      the output folder of ``prism-run findings``).
-    * ``runs``: the per-run rows (``runs.csv`` of every source directory,
-      concatenated; for a reference directory, its per-run tables).
-    * ``summary``: ``summary.json`` of ``path`` (``{}`` when absent).
-    * ``table(stem)``: a summary table by file stem (``rank_correlations``),
-      from the summaries computed for this report or from ``<tables_dir>/<stem>.csv``.
-    * ``run_tables``: :class:`~prism_plugin.tables.RunTables` in the reference
-      schema (``None`` if it could not be built); ``summaries``: the merged
-      :class:`~prism_plugin.tables.SummaryOutput`; ``reliability``: the
-      reliability artifacts of the source directories; ``notes``: why
-      something could not be loaded; ``options``: the summary options used
-      (e.g. ``fewshot_tolerance``, ``binary_logits``).
+    * ``path``: the folder the report is written to (a results directory, or the output folder of ``prism-run
+      findings``).
+    * ``runs``: the per-run rows (``runs.csv`` of every source directory, concatenated; for a reference directory,
+      its per-run tables).
+    * ``summary``: ``summary.json`` of ``path`` (``{}`` when absent or stale); ``source_summaries``: that of every
+      source results directory that has one.
+    * ``table(stem)``: a summary table by file stem (``rank_correlations``), from the summaries computed for this
+      report or from ``<tables_dir>/<stem>.csv``.
+    * ``run_tables``: :class:`RunTables` in the reference schema (``None`` if it could not be built);
+      ``summaries``: the merged :class:`SummaryOutput`; ``reliability``: the reliability artifacts of the source
+      directories; ``notes``: why something could not be loaded; ``options``: the summary options used (e.g.
+      ``fewshot_tolerance``, ``binary_logits``).
     * ``metrics``: the metric descriptions of the plugin host
-      (:class:`~prism_plugin.metrics.descriptions.DescribedMetric`, ``register_metrics``); empty
-      when the view was built without a host (then :meth:`described_metrics` reads the shared host).
+      (:class:`~prism_plugin.metrics.descriptions.DescribedMetric`, ``register_metrics``).
     """
 
     path: Path
@@ -337,32 +322,15 @@ class ReportView:
     #: the models the page is about, as labelled on it (its subtitle counts them); empty = those of ``runs``
     models: tuple[str, ...] = ()
     metrics: list[Any] = field(default_factory=list)
+    runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    summary: dict[str, Any] = field(default_factory=dict)
+    source_summaries: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
         self.sources = tuple(Path(s) for s in self.sources) or (self.path,)
         if self.tables_dir is None:
             self.tables_dir = self.path / "summaries"
-
-    @cached_property
-    def runs(self) -> pd.DataFrame:
-        from prism_plugin.results import read_runs, runs_files
-
-        frames = [read_runs(f) for f in runs_files(self.sources)]
-        if not frames and self.run_tables is not None:
-            for name in self.run_tables.present():
-                df = getattr(self.run_tables, name).copy()
-                df["reference_table"] = name
-                frames.append(df)
-        if not frames:
-            return pd.DataFrame()
-        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-
-    @cached_property
-    def summary(self) -> dict[str, Any]:
-        from prism_plugin.results import read_summary  # {} for a summary that does not describe runs.csv
-
-        return read_summary(self.path)
 
     def table(self, stem: str) -> pd.DataFrame | None:
         if self.summaries is not None and stem in getattr(self.summaries, "tables", {}):
@@ -372,24 +340,8 @@ class ReportView:
 
     def described_metrics(self, use: str | None = None) -> list[Any]:
         """The metric descriptions (``use``: ``"report"``, ``"bands"``, ... keeps those used there)."""
-        from prism_plugin.metrics.descriptions import described_metrics
-
-        described = list(self.metrics) or described_metrics(None)
-        return [d for d in described if use is None or getattr(d.info, use)]
+        return [d for d in self.metrics if use is None or getattr(d.info, use)]
 
     @property
     def headline(self) -> dict[str, Any]:
         return dict(getattr(self.summaries, "headline", {}) or {})
-
-    def source_summaries(self) -> list[dict[str, Any]]:
-        """``summary.json`` of every source results directory (those that have one)."""
-        from prism_plugin.results import summary_dirs
-
-        out = []
-        from prism_plugin.results import read_summary
-
-        for folder in summary_dirs(self.sources):
-            summary = read_summary(folder)
-            if summary:
-                out.append(summary)
-        return out

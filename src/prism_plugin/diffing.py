@@ -1,7 +1,6 @@
 """Run-to-run diff: did results directory B get better or worse than A, and is the difference real?
 
-Pure logic of ``prism-run diff A B`` (:mod:`prism_plugin.commands.diff`); it reads files and writes
-none.
+Pure logic of ``prism-run diff A B`` (:mod:`prism_plugin.commands.diff`); it reads files and writes none.
 
 **Matching.** A and B are results directories (each a ``runs.csv`` folder, or a folder of them). Rows
 are matched by task and run identity: ``fraction``, ``seed`` and, where the columns exist, ``probe``,
@@ -38,8 +37,8 @@ probe], over the seeds present on *both* sides):
    the same data) is not a noise estimate: then no CI.
 4. ``none``: no CI; the verdict says the noise is unknown.
 
-A difference is **beyond noise** when its CI excludes 0. Metrics aggregated other than by the mean
-(a plugin's ``median``, ``max``, ...) get no replicate or normal CI at the cell level (at most 3.).
+A difference is **beyond noise** when its CI excludes 0. Metrics aggregated other than by the mean (a plugin's
+``median``, ``max``, ...) get no replicate or normal CI at the cell level (at most 3.).
 
 **Gate** (:func:`gate`): a chosen metric fails when it is worse by more than its tolerance in some
 seed-mean cell and beyond noise (or on the point estimate alone with ``ignore_noise``); a cell without a
@@ -56,7 +55,9 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from prism_plugin.diff_intervals import Delta, Differ, finite, verdict, worsening
 from prism_plugin.errors import PrismError, suggest
+from prism_plugin.quality import pct
 
 #: the run-identity columns (those present are used); ``model`` joins them when a side holds several
 IDENTITY = ("task", "probe", "fraction", "seed", "split_seed", "sweep_key")
@@ -77,25 +78,8 @@ DEFAULT_LEVEL = 0.95
 #: (:data:`prism_plugin.quality.MIN_TEST_PER_CLASS`)
 FEW_COLUMNS = ("n_test_min_class", "min_test_class_count")
 
-PAIRED, NORMAL, WELCH, NONE = "paired bootstrap", "unpaired normal", "seed spread (Welch)", "none"
-
 
 # --------------------------------------------------------------------------- reading one side
-@dataclass
-class Replicates:
-    """One run's bootstrap replicates (the ``bootstrap`` plugin's ``.npz`` artifact)."""
-
-    metrics: dict[str, np.ndarray]
-    n: int
-    seed: int
-    level: float
-    digest: str
-
-    def pairs_with(self, other: "Replicates | None") -> bool:
-        return (other is not None and self.digest == other.digest and self.n == other.n
-                and self.seed == other.seed)
-
-
 @dataclass
 class Side:
     """One side of the diff: its runs (with ``_base`` = the results folder and ``_run_id``), the resolved
@@ -107,13 +91,13 @@ class Side:
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     level: float | None = None
     notes: list[str] = field(default_factory=list)
-    _reps: dict[str, Replicates | None] = field(default_factory=dict, repr=False)
+    _reps: dict[str, "Replicates | None"] = field(default_factory=dict, repr=False)
 
     @property
     def models(self) -> list[str]:
         return list(dict.fromkeys(self.runs["model"].astype(str))) if "model" in self.runs else []
 
-    def replicates(self, row: pd.Series) -> Replicates | None:
+    def replicates(self, row: pd.Series) -> "Replicates | None":
         path = bootstrap_path(Path(row["_base"]), str(row["task"]), str(row["_run_id"]))
         key = str(path)
         if key not in self._reps:
@@ -122,49 +106,25 @@ class Side:
 
 
 def bootstrap_path(base: Path, task: str, run_id: str) -> Path:
-    """``<results>/artifacts/bootstrap/<task>--<run_id>.npz`` (:func:`prism_plugin.metrics.bootstrap.artifact_path`:
-    the name made of safe characters, as every per-run artifact's)."""
-    try:
-        from prism_plugin.metrics.bootstrap import artifact_path
-    except ImportError:  # the bootstrap plugin is not installed: its documented layout
-        from prism_plugin.metrics.reliability import artifact_name
+    """``<results>/artifacts/bootstrap/<task>--<run_id>.npz`` (:func:`prism_plugin.metrics.bootstrap.artifact_path`)."""
+    from prism_plugin.metrics.bootstrap import artifact_path
 
-        return base / "artifacts" / "bootstrap" / (artifact_name(task, 0.0, 0, run_id)[:-len(".json")] + ".npz")
     return artifact_path(base / "artifacts", task, run_id)
 
 
-def read_replicates(path: Path, notes: list[str] | None = None) -> Replicates | None:
-    """The replicates at ``path`` (read and checked by :func:`prism_plugin.metrics.bootstrap.load_replicates`
-    where that module exists); ``None`` when absent, or unreadable (then a note names the file)."""
+def read_replicates(path: Path, notes: list[str] | None = None) -> "Replicates | None":
+    """The :class:`~prism_plugin.metrics.bootstrap.Replicates` at ``path`` (read and checked by its loader);
+    ``None`` when absent, or unreadable (then a note names the file)."""
+    from prism_plugin.metrics.bootstrap import load_replicates
+
     if not path.is_file():
         return None
     try:
-        from prism_plugin.metrics.bootstrap import load_replicates
-    except ImportError:
-        load_replicates = None
-    if load_replicates is not None:
-        try:
-            r = load_replicates(path)
-        except PrismError as exc:
-            if notes is not None:
-                notes.append(f"{exc} (ignored: its CIs fall back to the unpaired ones)")
-            return None
-        return Replicates({m: r.replicates[:, j] for j, m in enumerate(r.metrics)}, int(r.n), int(r.seed),
-                          float(r.level), str(r.test_digest))
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            names = [str(x) for x in np.asarray(z["metrics"]).ravel()]
-            reps = np.asarray(z["replicates"], dtype=np.float64)
-            if reps.ndim != 2 or reps.shape[1] != len(names):
-                raise ValueError(f"replicates shape {reps.shape} does not match {len(names)} metrics")
-            out = Replicates({m: reps[:, j] for j, m in enumerate(names)}, int(z["n"]), int(z["seed"]),
-                             float(z["level"]), str(np.asarray(z["test_digest"]).item()))
-    except Exception as exc:  # a damaged artifact: numpy/zipfile raise many types
+        return load_replicates(path)
+    except PrismError as exc:
         if notes is not None:
-            notes.append(f"{path}: bootstrap replicates unreadable ({type(exc).__name__}: {exc}); ignored "
-                         "(rerun the task to rewrite it)")
+            notes.append(f"{exc} (ignored: its CIs fall back to the unpaired ones)")
         return None
-    return out
 
 
 def _summary_settings(summary: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -181,7 +141,8 @@ def load_side(path: str | Path, label: str) -> Side:
     """Every runs.csv of ``path`` as one side (rows tagged with their folder and run id)."""
     from prism_plugin.quality import all_run_ids
     from prism_plugin.results import read_summary
-    from prism_plugin.tables import find_runs_files, read_run_table
+    from prism_plugin.results import find_runs_files
+    from prism_plugin.tables import read_run_table
 
     path = Path(path)
     if not path.exists():
@@ -271,10 +232,6 @@ def key_text(columns: Iterable[str], key: tuple) -> str:
     return " · ".join(parts)
 
 
-def pct(f: float) -> str:
-    return f"{round(float(f) * 100.0, 6):g} %"
-
-
 def match(a: Side, b: Side) -> Match:
     cols = identity_columns(a, b)
 
@@ -357,10 +314,6 @@ def diff_metrics(a: pd.DataFrame, b: pd.DataFrame, host=None) -> list:
     return out
 
 
-def metric_names(metrics) -> list[str]:
-    return [m.column for m in metrics]
-
-
 def resolve_metric(name: str, metrics, host=None, what: str = "--fail-on") -> Any:
     """The diffed metric called ``name`` (column or display name); one-line error with suggestions."""
     by = {m.column: m for m in metrics}
@@ -374,196 +327,6 @@ def resolve_metric(name: str, metrics, host=None, what: str = "--fail-on") -> An
     known = {i.column for i in metric_infos(host)}
     why = ("is not in both sides' runs.csv" if name in known else "is not a metric column")
     raise PrismError(f"{what} {name!r}: {why}{suggest(name, list(by))} (metrics in both: {', '.join(by)})")
-
-
-# --------------------------------------------------------------------------- CIs
-def z_of(level: float) -> float:
-    from scipy.stats import norm
-
-    return float(norm.ppf(0.5 + level / 2.0))
-
-
-def percentile_ci(values: np.ndarray, level: float) -> tuple[float, float]:
-    """The bootstrap module's percentile interval (its own definition), else numpy's linear percentiles."""
-    try:
-        from prism_plugin.metrics.bootstrap import percentile_ci as pci
-    except ImportError:
-        pci = None
-    if pci is not None:
-        lo, hi = pci(np.asarray(values, dtype=np.float64), level)
-        return float(lo), float(hi)
-    v = np.asarray(values, dtype=np.float64)
-    if v.size == 0 or not np.isfinite(v).all():
-        return math.nan, math.nan
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(v, [alpha, 1.0 - alpha])
-    return float(lo), float(hi)
-
-
-def _se(row: pd.Series, metric: str, level: float) -> float:
-    lo, hi = row.get(f"{metric}_ci_low"), row.get(f"{metric}_ci_high")
-    try:
-        lo, hi = float(lo), float(hi)
-    except (TypeError, ValueError):
-        return math.nan
-    if not (np.isfinite(lo) and np.isfinite(hi)) or hi < lo:
-        return math.nan
-    return (hi - lo) / (2.0 * z_of(level))
-
-
-@dataclass
-class Delta:
-    a: float
-    b: float
-    delta: float
-    low: float = math.nan
-    high: float = math.nan
-    method: str = NONE
-    note: str = ""
-
-    @property
-    def has_ci(self) -> bool:
-        return bool(np.isfinite(self.low) and np.isfinite(self.high))
-
-    @property
-    def beyond_noise(self) -> bool:
-        return self.has_ci and (self.low > 0 or self.high < 0)
-
-
-def _finite(x: Any) -> float:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return x if np.isfinite(x) else math.nan
-
-
-class Differ:
-    """Deltas and CIs of the matched runs of two sides (``level``: the CI level of the deltas;
-    ``col_level``: the level of the ``<m>_ci_low/high`` columns, for the normal fallback)."""
-
-    def __init__(self, a: Side, b: Side, m: Match, level: float, col_level: float, data_differs: set[str]):
-        self.a, self.b, self.m = a, b, m
-        self.level, self.col_level = level, col_level
-        self.data_differs = data_differs  # tasks whose test data differ: never paired
-
-    def _reps(self, ia: int, ib: int, metric: str) -> tuple[np.ndarray, np.ndarray] | None:
-        ra, rb = self.a.runs.loc[ia], self.b.runs.loc[ib]
-        if str(ra["task"]) in self.data_differs:
-            return None
-        pa, pb = self.a.replicates(ra), self.b.replicates(rb)
-        if pa is None or not pa.pairs_with(pb) or metric not in pa.metrics or metric not in pb.metrics:
-            return None
-        va, vb = pa.metrics[metric], pb.metrics[metric]
-        if va.shape != vb.shape or not (np.isfinite(va).all() and np.isfinite(vb).all()):
-            return None
-        return va, vb
-
-    def test_pairing(self, ia: int, ib: int) -> str:
-        """Why a run pair is not paired ('' when it is, or when either side has no replicates)."""
-        ra, rb = self.a.runs.loc[ia], self.b.runs.loc[ib]
-        pa, pb = self.a.replicates(ra), self.b.replicates(rb)
-        if pa is None or pb is None:
-            return ""
-        if pa.digest != pb.digest:
-            return "test labels differ"
-        if pa.n != pb.n or pa.seed != pb.seed:
-            return f"bootstrap n/seed differ (A: {pa.n}/{pa.seed}, B: {pb.n}/{pb.seed})"
-        return ""
-
-    def run_delta(self, ia: int, ib: int, metric: str) -> Delta:
-        ra, rb = self.a.runs.loc[ia], self.b.runs.loc[ib]
-        va, vb = _finite(ra.get(metric)), _finite(rb.get(metric))
-        d = Delta(va, vb, vb - va)
-        if not np.isfinite(d.delta):
-            d.note = "not defined on " + " and ".join(s for s, v in (("A", va), ("B", vb)) if not np.isfinite(v))
-            return d
-        reps = self._reps(ia, ib, metric)
-        if reps is not None:
-            d.low, d.high = percentile_ci(reps[1] - reps[0], self.level)
-            d.method = PAIRED
-            return d
-        se_a, se_b = _se(ra, metric, self.col_level), _se(rb, metric, self.col_level)
-        if np.isfinite(se_a) and np.isfinite(se_b):
-            half = z_of(self.level) * math.hypot(se_a, se_b)
-            d.low, d.high, d.method = d.delta - half, d.delta + half, NORMAL
-        return d
-
-    def cell_delta(self, pairs: list[tuple[int, int]], info) -> Delta:
-        from prism_plugin.results import AGGREGATORS
-
-        metric, how = info.column, info.aggregation
-        va = pd.Series([_finite(self.a.runs.at[i, metric]) for i, _ in pairs], dtype=float)
-        vb = pd.Series([_finite(self.b.runs.at[j, metric]) for _, j in pairs], dtype=float)
-        d = Delta(float(AGGREGATORS[how](va)), float(AGGREGATORS[how](vb)), math.nan)
-        if va.isna().any() or vb.isna().any():
-            bad = " and ".join(s for s, v in (("A", va), ("B", vb)) if v.isna().any())
-            d.note = f"not defined in every seed on {bad}"
-            if not (np.isfinite(d.a) and np.isfinite(d.b)):
-                return d
-        d.delta = d.b - d.a
-        if not np.isfinite(d.delta):
-            return d
-        if how == "mean" and not d.note:
-            reps = [self._reps(i, j, metric) for i, j in pairs]
-            if all(r is not None for r in reps):
-                ra = np.mean([r[0] for r in reps], axis=0)
-                rb = np.mean([r[1] for r in reps], axis=0)
-                d.low, d.high = percentile_ci(rb - ra, self.level)
-                d.method = PAIRED
-                return d
-            se_a = [_se(self.a.runs.loc[i], metric, self.col_level) for i, _ in pairs]
-            se_b = [_se(self.b.runs.loc[j], metric, self.col_level) for _, j in pairs]
-            if np.isfinite(se_a).all() and np.isfinite(se_b).all():
-                half = z_of(self.level) * math.hypot(float(np.mean(se_a)), float(np.mean(se_b)))
-                d.low, d.high, d.method = d.delta - half, d.delta + half, NORMAL
-                return d
-        if len(pairs) >= 2 and not d.note:
-            lo, hi = welch_ci(va.to_numpy(), vb.to_numpy(), self.level)
-            if np.isfinite(lo):
-                d.low, d.high, d.method = lo, hi, WELCH
-            else:
-                d.note = "the seeds agree exactly: their spread is no noise estimate"
-        return d
-
-
-def welch_ci(a: np.ndarray, b: np.ndarray, level: float) -> tuple[float, float]:
-    """Welch t interval of mean(b) − mean(a); NaN when either side's spread is zero or undefined."""
-    from scipy.stats import t as student
-
-    na, nb = len(a), len(b)
-    va, vb = np.var(a, ddof=1) / na, np.var(b, ddof=1) / nb
-    se2 = va + vb
-    if not np.isfinite(se2) or se2 <= 0 or va <= 0 or vb <= 0:
-        return math.nan, math.nan
-    df = se2 ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))
-    half = float(student.ppf(0.5 + level / 2.0, df)) * math.sqrt(se2)
-    delta = float(np.mean(b) - np.mean(a))
-    return delta - half, delta + half
-
-
-# --------------------------------------------------------------------------- verdicts
-def verdict(d: Delta, direction: str | None) -> str:
-    """``better`` / ``worse`` (beyond noise), ``within noise``, ``changed`` (beyond noise, no direction),
-    ``no change``, or the point direction with ``(no CI)``; ``n/a`` when the delta is undefined."""
-    if not np.isfinite(d.delta):
-        return "n/a"
-    if d.delta == 0 and (not d.has_ci or (d.low == 0 and d.high == 0)):
-        return "no change"
-    if d.has_ci:
-        if not d.beyond_noise:
-            return "within noise"
-        if direction is None:
-            return "changed"
-        return "better" if (d.delta > 0) == (direction == "higher") else "worse"
-    if direction is None:
-        return "changed (no CI)"
-    return ("better" if (d.delta > 0) == (direction == "higher") else "worse") + " (no CI)"
-
-
-def worsening(delta: float, direction: str | None) -> float:
-    """How much worse B is (positive = worse) for a metric with a direction."""
-    return -delta if direction == "higher" else delta
 
 
 # --------------------------------------------------------------------------- the whole diff
@@ -610,8 +373,8 @@ def diff(a: Side, b: Side, host=None, level: float | None = None) -> DiffResult:
     # n_test differing, or the replicates' test labels differing: test data differ too
     for k, ia, ib in m.common:
         task = k[m.columns.index("task")]
-        na, nb = _finite(a.runs.at[ia, "n_test"]) if "n_test" in a.runs else math.nan, \
-            _finite(b.runs.at[ib, "n_test"]) if "n_test" in b.runs else math.nan
+        na, nb = finite(a.runs.at[ia, "n_test"]) if "n_test" in a.runs else math.nan, \
+            finite(b.runs.at[ib, "n_test"]) if "n_test" in b.runs else math.nan
         if task not in data_differs and np.isfinite(na) and np.isfinite(nb) and na != nb:
             data_differs.add(task)
             cautions.append(f"{task}: the test sets differ in size (A: {na:g}, B: {nb:g}): the deltas mix the "
@@ -710,6 +473,5 @@ def gate(result: DiffResult, chosen: Mapping[str, float], ignore_noise: bool = F
     return out
 
 
-__all__ = ["DATA_SETTINGS", "DiffResult", "Delta", "Failure", "IDENTITY", "METRIC_SETTINGS", "Side", "check_settings",
-           "diff", "diff_metrics", "gate", "load_side", "match", "percentile_ci", "read_replicates", "resolve_metric",
-           "verdict", "welch_ci", "worsening"]
+__all__ = ["DATA_SETTINGS", "DiffResult", "Failure", "IDENTITY", "METRIC_SETTINGS", "Side", "check_settings",
+           "diff", "diff_metrics", "gate", "load_side", "match", "read_replicates", "resolve_metric"]

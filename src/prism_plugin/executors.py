@@ -1,19 +1,16 @@
 """Where the run grid executes: in-process (default), a local process pool, or a Ray cluster.
 
-The unit of work is one label fraction of one task for one adapter (all its
-unfinished seeds), so the single fit shared by the seeds at fraction 1.0 stays
-one fit. Workers receive *references* to the embeddings (the path of a
-memory-mapped ``.npy`` in the cache or the user's embedding folder) rather than
-copies, re-create the plugin host with the same disabled plugins, and return
-finished rows; the driver persists each row as it arrives, so resuming works
-the same for every executor and the assembled ``runs.csv`` is byte-identical.
+The unit of work is one label fraction of one task for one adapter (all its unfinished seeds), so the single fit
+shared by the seeds at fraction 1.0 stays one fit. Workers receive *references* to the embeddings (the path of a
+memory-mapped ``.npy`` in the cache or the user's embedding folder) rather than copies, re-create the plugin host
+with the same disabled plugins, and return finished rows; the driver persists each row as it arrives, so resuming
+works the same for every executor and the assembled ``runs.csv`` is byte-identical.
 
-On several machines (Ray) the cache and the embedding folders must be on a
-file system every worker can read.
+On several machines (Ray) the cache and the embedding folders must be on a file system every worker can read.
 
-Extraction (``--extract-workers N``) uses the same executor choice: the missing shards of one
-split go to N spawned processes (``--executor local``) or N Ray actors (``--executor ray``), see
-:func:`extraction_workers` and :mod:`prism_plugin.embed.workers`.
+Extraction (``--extract-workers N``) uses the same executor choice: the missing shards of one split go to N spawned
+processes (``--executor local``) or N Ray actors (``--executor ray``), see :func:`extraction_workers` and
+:mod:`prism_plugin.embed.workers`.
 """
 
 from __future__ import annotations

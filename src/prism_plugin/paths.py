@@ -25,12 +25,11 @@ MAX_COMPONENT = 120
 def safe_component(name: object) -> str:
     """A name (task, group, model, sweep variant, ...) as ONE harmless path component.
 
-    Letters, digits and ``-_.`` are kept; every other character (``/``, ``\\``, NUL,
-    control characters, spaces, ``@``, ``=``) becomes ``_``; leading and trailing dots
-    are dropped, so ``.``, ``..`` and hidden names cannot occur; an empty result is
-    ``_``. A name longer than :data:`MAX_COMPONENT` characters is cut and given a
-    digest of the whole name, so two long names never share a folder. Names that
-    are already plain (``prism_demo``, ``DemoViT-Tiny``) come back unchanged.
+    Letters, digits and ``-_.`` are kept; every other character (``/``, ``\\``, NUL, control characters, spaces,
+    ``@``, ``=``) becomes ``_``; leading and trailing dots are dropped, so ``.``, ``..`` and hidden names cannot
+    occur; an empty result is ``_``. A name longer than :data:`MAX_COMPONENT` characters is cut and given a digest
+    of the whole name, so two long names never share a folder. Names that are already plain (``prism_demo``,
+    ``DemoViT-Tiny``) come back unchanged.
     """
     import hashlib
 
@@ -46,10 +45,9 @@ def safe_component(name: object) -> str:
 def confined(base: str | os.PathLike, *parts: object) -> Path:
     """``base / safe_component(part) / ...``, checked to stay inside ``base``.
 
-    Every part is sanitised with :func:`safe_component` (so a part is never a path of
-    its own), and the result is compared with ``base`` after normalising both
-    (``..`` and ``.`` removed, made absolute): anything that would land outside
-    ``base`` raises :class:`~prism_plugin.errors.PrismError` naming both.
+    Every part is sanitised with :func:`safe_component` (so a part is never a path of its own), and the result is
+    compared with ``base`` after normalising both (``..`` and ``.`` removed, made absolute): anything that would
+    land outside ``base`` raises :class:`~prism_plugin.errors.PrismError` naming both.
     """
     root = Path(base)
     out = root.joinpath(*(safe_component(p) for p in parts))
@@ -72,9 +70,9 @@ def ensure_inside(base: str | os.PathLike, path: str | os.PathLike, what: str = 
 def name_problem(name: object, what: str = "name") -> str | None:
     """Why ``name`` cannot be a task/group name (it would be a path, or unprintable), or None.
 
-    Refused: empty or blank, ``.``/``..``, ``/`` or ``\\`` anywhere, NUL and other control
-    characters, leading or trailing spaces, more than 200 characters. Anything else is allowed
-    and reaches the file system through :func:`safe_component`.
+    Refused: empty or blank, ``.``/``..``, ``/`` or ``\\`` anywhere, NUL and other control characters, leading or
+    trailing spaces, more than 200 characters. Anything else is allowed and reaches the file system through
+    :func:`safe_component`.
     """
     if not isinstance(name, str) or not name.strip():
         return f"must be a non-empty {what}, got {short_repr(name)}"
@@ -94,8 +92,8 @@ def name_problem(name: object, what: str = "name") -> str | None:
 def relative_key_problem(key: object) -> str | None:
     """Why ``key`` cannot be a relative folder key such as ``embeddings_key`` (``hematology/acevedo``), or None.
 
-    Allowed: ``/``-separated plain parts. Refused: absolute paths (``/x``, ``~x``, ``C:``), ``.``/``..``
-    parts, empty parts, backslashes, control characters.
+    Allowed: ``/``-separated plain parts. Refused: absolute paths (``/x``, ``~x``, ``C:``), ``.``/``..`` parts,
+    empty parts, backslashes, control characters.
     """
     if not isinstance(key, str) or not key.strip():
         return f"must be a non-empty relative folder name, got {short_repr(key)}"

@@ -1,17 +1,17 @@
 """The plugin host: built-in plugins listed in code, third parties from entry points, the registries.
 
-* Built-in plugins are the modules of :data:`DEFAULT_PLUGINS`, registered in that order (it fixes
-  the column order of ``runs.csv``). A new built-in module is one line here; no reinstall.
-* Third-party plugins come from the ``prism_plugin`` entry-point group; adapters may also be
-  published in the ``prism_plugin.adapters`` group (the entry-point name is the ``--model`` name).
-* After loading, :meth:`PluginHost.check_pending` turns a function marked ``@hookimpl`` whose name
-  is no hook (``def run_metric(run)``) into an error naming the plugin, the function and the
-  closest hook.
-* Every catalogue is a :class:`~prism_plugin.registry.Registry` owned by the host and filled, on
-  first use, by its ``register_*`` hook (see :data:`CATALOGUES`).
-* Every hook is called through :meth:`PluginHost.call`: one failure policy (a plugin that raises
-  becomes a :class:`PluginFailure` naming the plugin and the hook; ``--debug`` shows the
-  traceback), pluggy's own call path, and tracing with ``PRISM_TRACE_HOOKS=1``.
+* Built-in plugins are the modules of :data:`DEFAULT_PLUGINS`, registered in that order (the order of runs.csv's
+  columns is declared in :mod:`prism_plugin.metrics.descriptions`). A new built-in module is one line here; no
+  reinstall.
+* Third-party plugins come from the ``prism_plugin`` entry-point group; adapters may also be published in the
+  ``prism_plugin.adapters`` group (the entry-point name is the ``--model`` name).
+* After loading, :meth:`PluginHost.check_pending` turns a function marked ``@hookimpl`` whose name is no hook
+  (``def run_metric(run)``) into an error naming the plugin, the function and the closest hook.
+* Every catalogue is a :class:`~prism_plugin.registry.Registry` owned by the host and filled, on first use, by its
+  ``register_*`` hook (see :data:`CATALOGUES`).
+* Every hook is called through :meth:`PluginHost.call`: one failure policy (a plugin that raises becomes a
+  :class:`PluginFailure` naming the plugin and the hook; ``--debug`` shows the traceback), pluggy's own call path,
+  and tracing with ``PRISM_TRACE_HOOKS=1``.
 * Disable a plugin by name with ``--disable NAME`` or ``PRISM_DISABLE_PLUGINS=a,b``.
 """
 
@@ -22,6 +22,7 @@ import importlib
 import inspect
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Callable, Iterable
@@ -42,19 +43,18 @@ TRACE_ENV = "PRISM_TRACE_HOOKS"
 BUILTIN_ORIGIN = "prism_plugin (built in)"
 
 #: The built-in plugins: (name, module), registered in this order before any third party. The
-#: names are what ``--disable`` takes. Order matters: ``run_metrics`` columns follow it.
+#: names are what ``--disable`` takes (runs.csv's column order: metrics.descriptions.METRIC_PLUGIN_ORDER).
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
-    # the core catalogues (registrations only): heads, sources, table kinds, task keys, metric
-    # descriptions, commands, run-quality checks, synthetic image perturbations
-    ("builtin_heads", "prism_plugin.protocol.probe"),
+    # the core catalogues (registrations only): heads, sources, table kinds, task keys,
+    # commands, run-quality checks, synthetic image perturbations
+    ("builtin_heads", "prism_plugin.heads.builtin"),
     ("builtin_sources", "prism_plugin.data.builtin"),
     ("builtin_tables", "prism_plugin.tables"),
     ("builtin_task_keys", "prism_plugin.tasks.keys"),
-    ("builtin_metrics", "prism_plugin.metrics.descriptions"),
     ("builtin_commands", "prism_plugin.commands"),
     ("builtin_checks", "prism_plugin.quality"),
     ("builtin_perturbations", "prism_plugin.data.perturb"),
-    # the plugins (alphabetical: the run_metrics column order of the reference-era runs.csv)
+    # the plugins
     ("adaptation", "prism_plugin.adaptation.plugin"),
     ("budget", "prism_plugin.summaries.budget"),
     ("builtin_adapters", "prism_plugin.model_adapters"),
@@ -67,7 +67,6 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("discrimination", "prism_plugin.metrics.discrimination"),
     ("geometry_report", "prism_plugin.report.geometry_sections"),
     ("mechanism", "prism_plugin.summaries.mechanism"),
-    ("mlp_head", "prism_plugin.heads"),
     ("probe_sensitivity", "prism_plugin.summaries.probe_sensitivity"),
     ("reliability", "prism_plugin.metrics.reliability"),
     ("report_basic", "prism_plugin.report.basic"),
@@ -75,8 +74,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("seeds", "prism_plugin.summaries.seeds"),
     ("temperature_counts", "prism_plugin.summaries.temperature_counts"),
     ("temperature_transfer", "prism_plugin.metrics.temperature_transfer"),
-    ("audit", "prism_plugin.adaptation.audit_plugin"),
-    # after every reference-era plugin, so their runs.csv columns keep their order
+    ("audit", "prism_plugin.studies.hematology.plugin"),
     ("classwise", "prism_plugin.metrics.classwise"),
     ("classwise_report", "prism_plugin.report.classwise"),
     ("bootstrap", "prism_plugin.metrics.bootstrap"),
@@ -84,9 +82,9 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
 
 
 #: The core catalogues cannot be disabled: without them no run validates (the PRISM probe, the
-#: table kinds, the task keys, the metric descriptions of summary.json, the subcommands).
+#: table kinds, the task keys, the subcommands).
 REQUIRED_PLUGINS = frozenset({"builtin_heads", "builtin_sources", "builtin_tables", "builtin_task_keys",
-                              "builtin_metrics", "builtin_commands", "builtin_checks", "builtin_perturbations"})
+                              "builtin_commands", "builtin_checks", "builtin_perturbations"})
 
 
 @dataclass(frozen=True)
@@ -306,7 +304,7 @@ class PluginHost:
                 raise
             return HookResult(plugin, None, PluginFailure(plugin, hook, exc, context))
         except OSError as exc:
-            from prism_plugin.fsfaults import as_error, is_storage_fault
+            from prism_plugin.storage import as_error, is_storage_fault
 
             if is_storage_fault(exc):  # a full, read-only or over-quota disk: the storage's fault, not the plugin's
                 raise as_error(exc) from exc
@@ -338,6 +336,9 @@ class PluginHost:
             try:
                 for hook in spec.hooks:  # each plugin gets a registrar that records it as the origin
                     for plugin in self.implementations(hook):
+                        if hook in hookspecs.DEPRECATED:
+                            warnings.warn(f"plugin {plugin!r}: the hook {hook} is deprecated, implement "
+                                          f"{hookspecs.DEPRECATED[hook]} instead", DeprecationWarning, stacklevel=2)
                         registrar = spec.registrar(reg, self.origin(plugin), plugin)
                         self._call_one(hook, plugin, True, "", {"register": registrar})
                 if name == "adapters":
@@ -361,60 +362,21 @@ class PluginHost:
 
             reg.add(ep.name, lazy, origin=_dist_label(ep), description="entry point", plugin=ep.name)
 
-    @property
-    def sources(self) -> Registry:
-        return self.registry("sources")
-
-    @property
-    def adaptation(self) -> Registry:
-        return self.registry("adaptation")
-
-    @property
-    def tables(self) -> Registry:
-        return self.registry("tables")
-
-    @property
-    def task_keys(self) -> Registry:
-        return self.registry("task_keys")
-
-    @property
-    def metrics(self) -> Registry:
-        return self.registry("metrics")
-
-    @property
-    def commands(self) -> Registry:
-        return self.registry("commands")
-
-    @property
-    def checks(self) -> Registry:
-        return self.registry("checks")
-
-    @property
-    def perturbations(self) -> Registry:
-        return self.registry("perturbations")
-
-    # -- adapters and heads (the first two catalogues; kept for existing callers) ------------
-    def adapters(self) -> dict[str, AdapterEntry]:
-        reg = self.registry("adapters")
-        out: dict[str, AdapterEntry] = {}
-        for e in reg.entries():
-            for key in (e.name, *e.aliases):
-                out[key] = AdapterEntry(key, _loader(e), e.origin, e.description)
-        return out
-
+    # -- adapters and heads ----------------------------------------------------------------------
     def adapter_factory(self, name: str) -> AdapterEntry:
         entry = self.registry("adapters").entry(name)
         return AdapterEntry(entry.name, _loader(entry), entry.origin, entry.description)
-
-    def heads(self) -> dict[str, tuple[Callable[..., Any], str]]:
-        reg = self.registry("heads")
-        return {e.name: (reg.get(e.name), e.origin) for e in reg.entries()}
 
     def head_factory(self, kind: str) -> Callable[..., Any]:
         return self.registry("heads").get(kind)
 
     def head_traits(self, kind: str) -> dict[str, Any]:
         return dict(self.registry("heads").entry(kind).meta)
+
+
+# host.sources, host.tables, ...: the registry of that catalogue (adapters and heads go through the factories)
+for _name in ("sources", "adaptation", "tables", "task_keys", "metrics", "commands", "checks", "perturbations"):
+    setattr(PluginHost, _name, property(lambda self, _n=_name: self.registry(_n)))
 
 
 def _loader(entry: Entry) -> Callable[..., Any]:

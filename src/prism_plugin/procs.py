@@ -1,11 +1,10 @@
 """Child processes that end with their parent (stdlib only: imported first thing by a spawned worker).
 
-:func:`die_with_parent` is the initializer of the ``--jobs N`` process pool. It runs before the
-worker imports anything heavy, so a driver killed at any moment (``kill -9`` included) takes its
-workers with it at once, and ``prism-run ... | tee log`` ends when the driver does: on Linux the
-kernel sends the worker SIGKILL the moment the parent dies (``PR_SET_PDEATHSIG``); everywhere a
-worker whose parent is already gone when it starts exits. The multiprocessing resource tracker
-exits by itself once its last client (driver and workers) is gone.
+:func:`die_with_parent` is the initializer of the ``--jobs N`` process pool. It runs before the worker imports
+anything heavy, so a driver killed at any moment (``kill -9`` included) takes its workers with it at once, and
+``prism-run ... | tee log`` ends when the driver does: on Linux the kernel sends the worker SIGKILL the moment the
+parent dies (``PR_SET_PDEATHSIG``); everywhere a worker whose parent is already gone when it starts exits. The
+multiprocessing resource tracker exits by itself once its last client (driver and workers) is gone.
 """
 
 from __future__ import annotations

@@ -1,40 +1,35 @@
 """Run-quality flags: what qualifies the numbers of a runs table.
 
-A number is never shown as a plain success when something qualifies it. :func:`run_flags` derives
-the flags of a runs table (a ``runs.csv`` as a DataFrame) with pure functions, one per check
-(:data:`CHECKS`), and appends the split/data checks the embedding loader found
-(``emb_info["data_checks"]``). ``prism-run`` prints them (one line each), writes them to
-``summary.json`` (``flags``, ``qualified``) and marks them in its console table; the report's verdict
-reads the same conditions per cell from ``report_settings`` (:mod:`prism_plugin.report.derived`).
+A number is never shown as a plain success when something qualifies it. :func:`run_flags` derives the flags of a
+runs table (a ``runs.csv`` as a DataFrame) with pure functions, one per check (:data:`CHECKS`), and appends the
+split/data checks the embedding loader found (``emb_info["data_checks"]``). ``prism-run`` prints them (one line
+each), writes them to ``summary.json`` (``flags``, ``qualified``) and marks them in its console table; the report's
+verdict reads the same conditions per cell from ``report_settings`` (:mod:`prism_plugin.report.derived`).
 
-Each flag is a :class:`Flag`: ``flag`` (its name), ``level`` (``warning``: it qualifies a number;
-``info``: context; ``allowed``: a data check the task explicitly allowed, recorded), a one-line
-``message``, ``count`` of runs (or of splits, for data checks) out of ``total``, the run ids
-(``f<fraction>-s<seed>``; ``f<fraction>-s<seed>-split<S>-<probe>`` for a task with ``split_seeds`` /
-``probes``) in ``cells``, their ``fractions``, and ``detail`` (check-specific numbers).
+Each flag is a :class:`Flag`: ``flag`` (its name), ``level`` (``warning``: it qualifies a number; ``info``:
+context; ``allowed``: a data check the task explicitly allowed, recorded), a one-line ``message``, ``count`` of
+runs (or of splits, for data checks) out of ``total``, the run ids (``f<fraction>-s<seed>``;
+``f<fraction>-s<seed>-split<S>-<probe>`` for a task with ``split_seeds`` / ``probes``) in ``cells``, their
+``fractions``, and ``detail`` (check-specific numbers).
 
 Checks and their thresholds:
 
 * ``probe_not_converged``: ``probe_converged`` is False (the solver stopped at ``max_iter``);
-* ``temperature_at_bound``: a fitted temperature (``temperature``, ``temperature_src``,
-  ``temperature_prop``) within 0.001 of a search bound (:func:`at_bound`, the reference notebooks'
-  diagnostic, as :func:`prism_plugin.protocol.temperature.at_bound`): the NLL
-  optimum lies outside the box, so the scaled ECE/NLL are those of a clipped fit;
+* ``temperature_at_bound``: a fitted temperature (``temperature``, ``temperature_src``, ``temperature_prop``)
+  within 0.001 of a search bound (:func:`bound_side`, the reference notebooks' diagnostic, also the report's
+  ``t_bound`` counts): the NLL optimum lies outside the box, so the scaled ECE/NLL are those of a clipped fit;
 * ``nll_worse_after_scaling``: ``nll_scaled > nll`` beyond ``1e-6`` (relative and absolute);
-* ``collapsed``: the prevalence-aware collapse of :mod:`prism_plugin.metrics.collapse` (runs without
-  that column fall back to PRISM's ``degenerate``); ``degenerate_not_collapsed`` (info): PRISM's
-  > 0.99 share fires on runs that the prevalence-aware rule does not call collapsed;
+* ``collapsed``: the prevalence-aware collapse of :mod:`prism_plugin.metrics.collapse` (runs without that column
+  fall back to PRISM's ``degenerate``); ``degenerate_not_collapsed`` (info): PRISM's > 0.99 share fires on runs
+  that the prevalence-aware rule does not call collapsed;
 * ``single_class_test``: the test split has one class (AUROC undefined, collapse not judged);
-* ``few_test_samples_per_class``: the rarest test class has fewer than :data:`MIN_TEST_PER_CLASS`
-  samples; ``few_train_samples_per_class`` (info): fewer than :data:`MIN_TRAIN_PER_CLASS` training
-  samples per class at a label fraction;
+* ``few_test_samples_per_class``: the rarest test class has fewer than :data:`MIN_TEST_PER_CLASS` samples;
+  ``few_train_samples_per_class`` (info): fewer than :data:`MIN_TRAIN_PER_CLASS` training samples per class at a
+  label fraction;
 * data checks (``split_overlap``, ``zero_rows``, ``extreme_scale``, ...): as the loader reports them.
 
-A check is a function ``check(runs, ctx) -> list[Flag]`` (``ctx``: :class:`QualityContext`). The
-built-in ones are the ``checks`` catalogue of the plugin host (``prism-run ls checks``); a plugin adds
-its own with ``register_checks(register)`` -> ``register(name, check, description=...)``, and the run
-uses every registered check (:func:`host_checks`). :func:`run_flags` without a host uses
-:data:`CHECKS`.
+A check is ``check(runs, ctx) -> list[Flag]``, registered with ``register_checks``; :func:`run_flags` without a
+host uses :data:`CHECKS`.
 """
 
 from __future__ import annotations
@@ -89,17 +84,13 @@ class QualityContext:
 
 
 # --------------------------------------------------------------------------- helpers
-def at_bound(temperature: float, bounds: Sequence[float] = T_BOUNDS) -> bool:
-    """T within :data:`BOUND_TOLERANCE` of either search bound (False for NaN)."""
-    t = float(temperature)
-    return bool(np.isfinite(t) and (t <= bounds[0] + BOUND_TOLERANCE or t >= bounds[1] - BOUND_TOLERANCE))
-
-
 def bound_side(temperature: float, bounds: Sequence[float] = T_BOUNDS) -> str:
-    """``"low"`` / ``"high"`` when :func:`at_bound`, else ``""``."""
-    if not at_bound(temperature, bounds):
+    """``"low"`` / ``"high"``: T within :data:`BOUND_TOLERANCE` of that search bound; ``""`` otherwise
+    (NaN too). The one "T at a bound" test (run flags and the report's counts)."""
+    t = float(temperature)
+    if not (np.isfinite(t) and (t <= bounds[0] + BOUND_TOLERANCE or t >= bounds[1] - BOUND_TOLERANCE)):
         return ""
-    return "low" if float(temperature) <= (bounds[0] + bounds[1]) / 2 else "high"
+    return "low" if t <= (bounds[0] + bounds[1]) / 2 else "high"
 
 
 def as_bool(col: pd.Series) -> pd.Series:
@@ -125,10 +116,9 @@ def _split_seed_text(value: Any) -> str:
 
 def all_run_ids(runs: pd.DataFrame) -> list[str]:
     """The id of every row (:func:`prism_plugin.protocol.grid.run_id`): those the runner attached
-    (``runs.attrs[RUN_IDS_ATTR]``), else the ``run_id`` column (rows of tasks with grid keys; the other
-    rows are ``f<fraction>-s<seed>``), else, for tables written before that column, rebuilt from the
-    columns: ``-split<S>`` where a ``split_seed`` is given and ``-<probe>`` where the table holds several
-    probe kinds."""
+    (``runs.attrs[RUN_IDS_ATTR]``), else the ``run_id`` column (rows of tasks with grid keys; the other rows are
+    ``f<fraction>-s<seed>``), else, for tables written before that column, rebuilt from the columns: ``-split<S>``
+    where a ``split_seed`` is given and ``-<probe>`` where the table holds several probe kinds."""
     from prism_plugin.protocol.grid import probe_label
 
     ids = runs.attrs.get(RUN_IDS_ATTR)
@@ -323,7 +313,7 @@ def check_fast_solver(runs: pd.DataFrame, ctx: QualityContext) -> list[Flag]:
     mask = (runs["probe_backend"].astype(str) == "fast") & (runs["probe_solver"].astype(str) == "lbfgs-preconditioned")
     if not mask.any():
         return []
-    from prism_plugin.protocol.probe import fast_mode_note
+    from prism_plugin.heads.logistic import fast_mode_note
 
     return [_flag("fast_solver", "warning", f"{fast_mode_note(runs)} ({where_text(runs, mask)})", runs, mask)]
 
@@ -405,15 +395,20 @@ MARKERS = {"probe_not_converged": "not-converged", "temperature_at_bound": "T@bo
            "few_test_samples_per_class": "few-test"}
 
 
+def _marked(flags: Iterable[Flag | Mapping[str, Any]]):
+    """``(marker, flag dict)`` of each run-derived warning that has a marker."""
+    for f in flags:
+        d = f.to_dict() if isinstance(f, Flag) else dict(f)
+        mark = MARKERS.get(d.get("flag", ""))
+        if mark is not None and d.get("level") == "warning" and d.get("source", "runs") == "runs":
+            yield mark, d
+
+
 def fraction_markers(flags: Iterable[Flag | Mapping[str, Any]]) -> dict[float, list[str]]:
     """Per label fraction: ``["T@bound 3", "NLL-up 1"]`` (runs at that fraction) for the run-derived
     warnings with a marker."""
     out: dict[float, dict[str, int]] = {}
-    for f in flags:
-        d = f.to_dict() if isinstance(f, Flag) else dict(f)
-        mark = MARKERS.get(d.get("flag", ""))
-        if mark is None or d.get("level") != "warning" or d.get("source", "runs") != "runs":
-            continue
+    for mark, d in _marked(flags):
         for cell in d.get("cells", []):
             frac = cell_fraction(cell)
             if frac is None:
@@ -439,11 +434,7 @@ def cell_markers(flags: Iterable[Flag | Mapping[str, Any]], cells: Iterable[str]
     (run ids; e.g. one probe's runs at one fraction)."""
     wanted = set(map(str, cells))
     counts: dict[str, int] = {}
-    for f in flags:
-        d = f.to_dict() if isinstance(f, Flag) else dict(f)
-        mark = MARKERS.get(d.get("flag", ""))
-        if mark is None or d.get("level") != "warning" or d.get("source", "runs") != "runs":
-            continue
+    for mark, d in _marked(flags):
         n = sum(1 for cell in d.get("cells", []) if str(cell) in wanted)
         if n:
             counts[mark] = counts.get(mark, 0) + n
@@ -457,5 +448,5 @@ def console_lines(flags: Iterable[Flag], prefix: str = "") -> list[str]:
 
 
 __all__ = ["CHECKS", "Flag", "LEVELS", "MIN_TEST_PER_CLASS", "MIN_TRAIN_PER_CLASS", "QualityContext",
-           "TEMPERATURE_COLUMNS", "as_bool", "at_bound", "bound_side", "console_lines", "data_flags", "fraction_markers", "qualified",
+           "TEMPERATURE_COLUMNS", "as_bool", "bound_side", "console_lines", "data_flags", "fraction_markers", "qualified",
            "run_flags", "RUN_IDS_ATTR", "all_run_ids", "cell_fraction", "cell_markers"]

@@ -208,11 +208,10 @@ def coverage_statement() -> str:
 def paper_run_tables():
     """The paper tables as pseudo per-run tables (one row per cell, ``seed`` 0).
 
-    Returns :class:`~prism_plugin.tables.RunTables` with ``indomain`` (model,
-    dataset, fraction, seed, auroc, ece_fixed, ece_scaled_fixed; NaN where the
-    paper gives no number) and ``transfer`` (model, src, tgt, pair, fraction,
-    seed, auroc, ece_fixed). The summaries' seed mean of a one-row cell is the
-    printed value, so the CRI functions apply unchanged.
+    Returns :class:`~prism_plugin.tables.RunTables` with ``indomain`` (model, dataset, fraction, seed, auroc,
+    ece_fixed, ece_scaled_fixed; NaN where the paper gives no number) and ``transfer`` (model, src, tgt, pair,
+    fraction, seed, auroc, ece_fixed). The summaries' seed mean of a one-row cell is the printed value, so the CRI
+    functions apply unchanged.
     """
     from prism_plugin.tables import RunTables
 

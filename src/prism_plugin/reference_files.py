@@ -2,9 +2,8 @@
 checking a copy against the shipped size/SHA-256 list, and reading a folder with the ``results_v2``
 layout (every missing or malformed file named in one error).
 
-Used by ``prism-run reference`` / ``compare`` / ``findings`` / ``report`` and by
-:mod:`prism_plugin.compat`; kept below the commands so that library code can read the reference
-without importing a subcommand.
+Used by ``prism-run reference`` / ``compare`` / ``findings`` / ``report`` and by :mod:`prism_plugin.compat`; kept
+below the commands so that library code can read the reference without importing a subcommand.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ def pulled_dir() -> Path:
 
 
 def _sha256(path: Path) -> str:
-    from prism_plugin.hashing import update_from_file
+    from prism_plugin.storage import update_from_file
 
     return update_from_file(hashlib.sha256(), path, chunk=1 << 20).hexdigest()
 
@@ -55,9 +54,8 @@ def verify_files(directory: Path, names=None) -> list[str]:
 def read_reference_dir(directory: str | Path, required: tuple[str, ...] = ("indomain", "transfer")) -> RunTables:
     """Per-run tables of a results_v2 folder; every missing or malformed file is named in one error.
 
-    ``required`` tables (keys of :data:`prism_plugin.tables.REFERENCE_FILES`)
-    must be present; the others are read when present. A present file must
-    parse as CSV, have the columns the summaries read, at least one row, and
+    ``required`` tables (keys of :data:`prism_plugin.tables.REFERENCE_FILES`) must be present; the others are read
+    when present. A present file must parse as CSV, have the columns the summaries read, at least one row, and
     numbers in its numeric columns.
     """
     directory = Path(directory).expanduser()

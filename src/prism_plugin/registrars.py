@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from prism_plugin.errors import PrismError
+from prism_plugin.errors import PrismError, suggest
 from prism_plugin.registry import Registry
 
 DIRECTIONS = ("higher", "lower", None)
@@ -57,17 +57,32 @@ class AdapterRegistrar(Registrar):
 
 class HeadRegistrar(Registrar):
     def __call__(self, kind: str, factory: Any, *, description: str = "", aliases: Iterable[str] = (),
-                 seed_invariant: bool = False, linear: bool = False) -> None:
-        """``factory(seed=..., **settings)`` -> head with ``fit`` and ``evaluate``."""
+                 seed_invariant: bool = False, linear: bool = False,
+                 settings: Mapping[str, Any] | None = None) -> None:
+        """``factory(seed=..., **settings)`` -> head with ``fit`` and ``evaluate``; ``settings`` maps each
+        setting to a :class:`~prism_plugin.heads.base.Setting` (type, default, check)."""
+        for key, spec in dict(settings or {}).items():
+            if not (hasattr(spec, "validate") and hasattr(spec, "default")):
+                raise PrismError(f"probe head {kind!r} (from {self.origin}): setting {key!r} needs a "
+                                 "prism_plugin.heads.base.Setting(type, default, ...)")
         self._add(kind, factory, description=description, aliases=aliases, seed_invariant=bool(seed_invariant),
-                  linear=bool(linear))
+                  linear=bool(linear), settings=None if settings is None else dict(settings))
+
+
+SOURCE_KINDS = ("images", "features")
 
 
 class SourceRegistrar(Registrar):
-    def __call__(self, type: str, source_class: Any, *, description: str = "", aliases: Iterable[str] = ()) -> None:
+    def __call__(self, type: str, source_class: Any, *, description: str = "", aliases: Iterable[str] = (),
+                 kind: str | None = None) -> None:
         """``source_class(task, **options)`` reads one dataset (``options``: the task's ``source:`` keys
-        without ``type``); ``OPTIONS`` lists the keys it accepts."""
-        self._add(type, source_class, description=description, aliases=aliases)
+        without ``type``); ``OPTIONS`` lists the keys it accepts. ``kind`` (:data:`SOURCE_KINDS`) is what
+        it yields, by default its class's ``input_kind`` (give it for a lazy ``"module:Class"``)."""
+        kind = kind or getattr(source_class, "input_kind", "images")
+        if kind not in SOURCE_KINDS:
+            raise PrismError(f"source type {type!r} (from {self.origin}): kind must be one of "
+                             f"{', '.join(SOURCE_KINDS)}, got {kind!r}")
+        self._add(type, source_class, description=description, aliases=aliases, kind=kind)
 
 
 class _NoAdaptStep:
@@ -101,9 +116,18 @@ class AdaptationRegistrar(Registrar):
 DEFAULT_KEY_COLUMNS = ("model", "dataset", "src", "tgt", "pair", "hospital", "probe", "fraction", "seed", "split_seed")
 
 
+#: What a table kind's runs are to the report: trained and tested on one distribution, or transfer
+#: (source-trained, target-tested, source-fitted temperature).
+TABLE_ROLES = ("in_distribution", "transfer")
+#: How the leaderboard shows a table kind: ranked (the leaderboard's numbers and figures), shown (the
+#: per-task tables and transfer figures, when one of your models has such runs), or left out ("").
+LEADERBOARD_USES = ("rank", "show", "")
+
+
 @dataclass(frozen=True)
 class TableKind:
-    """A per-run table kind: its file name in the results_v2 layout and the columns it needs."""
+    """A per-run table kind: its file in the results_v2 layout, the columns it needs, and what the
+    report needs to show it (see :class:`TableRegistrar`)."""
 
     name: str
     file: str
@@ -112,16 +136,55 @@ class TableKind:
     drops: tuple[str, ...] = ()
     key_columns: tuple[str, ...] = DEFAULT_KEY_COLUMNS
     description: str = ""
+    role: str = "in_distribution"  # TABLE_ROLES
+    setting: str = "dataset"  # the column naming a run's setting (``pair`` may be built from src/tgt)
+    temperature: str = "temperature"  # the column of the T behind ece_scaled_fixed
+    label: str = ""  # how the report names these runs (default: the name)
+    order: int = 100  # report order (built-ins: 10, 20, ... 70)
+    shift: str = ""  # the shift kind of its rows when they carry no ``shift`` column
+    shift_table: bool = False  # transfer runs of tasks declaring ``shift: <shift>`` are routed here
+    bands: bool = False  # the PRISM label-definition transfer bands (Table 7) apply
+    variant_of: str = ""  # the runs of that kind, with T fitted elsewhere (``temperature_from``)
+    temperature_from: str = ""  # where that T was fitted, in words
+    grid: bool = False  # many settings (Camelyon17's hospital pairs): summarised in one line
+    binary: bool = False  # two classes when ``n_classes`` is absent
+    setting_prefix: str = ""  # said before a setting that is not a pair ("Camelyon17 h0")
+    leaderboard: str = "show"  # LEADERBOARD_USES
+
+    @property
+    def transfer(self) -> bool:
+        return self.role == "transfer"
 
 
 class TableRegistrar(Registrar):
+    """``register(name, file, required_columns, **report)``: ``report`` declares what the report needs
+    (the :class:`TableKind` fields: ``role``, ``setting`` and ``temperature`` columns, ``label``,
+    ``order``, ``shift`` / ``shift_table``, ``bands``, ``variant_of`` / ``temperature_from``, ``grid``,
+    ``binary``, ``setting_prefix``, ``leaderboard``); a transfer kind defaults to ``setting="pair"``,
+    ``temperature="temperature_src"``, ``binary=True``."""
+
     def __call__(self, name: str, file: str, required_columns: Iterable[str] = ("model", "fraction", "seed"), *,
                  renames: Mapping[str, str] | None = None, drops: Iterable[str] = (),
-                 key_columns: Iterable[str] | None = None, description: str = "") -> None:
+                 key_columns: Iterable[str] | None = None, description: str = "", **report: Any) -> None:
         if not file.endswith(".csv") or "/" in file or "\\" in file:
             raise PrismError(f"table kind {name!r} (from {self.origin}): file must be a plain '<stem>.csv' name")
+        fields = set(TableKind.__dataclass_fields__) - {"name", "file", "required_columns", "renames", "drops",
+                                                        "key_columns", "description"}
+        for key, value in report.items():
+            if key not in fields:
+                raise PrismError(f"table kind {name!r} (from {self.origin}): unknown argument {key!r}"
+                                 f"{suggest(key, fields)} (allowed: {', '.join(sorted(fields))})")
+        for key, allowed in (("role", TABLE_ROLES), ("leaderboard", LEADERBOARD_USES)):
+            if key in report and report[key] not in allowed:
+                raise PrismError(f"table kind {name!r} (from {self.origin}): {key} {report[key]!r} is not one of "
+                                 f"{', '.join(map(repr, allowed))}{suggest(str(report[key]), allowed)}")
+        report.setdefault("label", name)
+        if report.get("role") == "transfer":
+            report.setdefault("setting", "pair")
+            report.setdefault("temperature", "temperature_src")
+            report.setdefault("binary", True)
         kind = TableKind(name, file, tuple(required_columns), dict(renames or {}), tuple(drops),
-                         DEFAULT_KEY_COLUMNS if key_columns is None else tuple(key_columns), description)
+                         DEFAULT_KEY_COLUMNS if key_columns is None else tuple(key_columns), description, **report)
         self._add(name, kind, description=description)
 
 
@@ -157,19 +220,23 @@ class TaskKey:
     #: False: descriptive metadata (a label such as ``shift``) that changes no number; it is not part
     #: of the cells' fingerprint, so declaring it later keeps every finished run reusable
     results: bool = True
+    #: ``summary(value, cells=, runs=, run_ids=, artifact_dir=, task=, cell_by=)``: what summary.json records
+    #: under the key after a job (it may annotate the ``cells``); None: nothing
+    summary: Callable[..., Any] | None = None
 
 
 class TaskKeyRegistrar(Registrar):
     def __call__(self, key: str, validator: Callable[[Any, TaskKeyContext], Any], *,
                  kinds: Iterable[str] = TASK_KINDS, description: str = "", default: Any = None,
-                 results: bool = True) -> None:
+                 results: bool = True, summary: Callable[..., Any] | None = None) -> None:
         kinds = tuple(kinds)
         bad = [k for k in kinds if k not in TASK_KINDS]
         if bad:
             raise PrismError(f"task key {key!r} (from {self.origin}): kinds must be among {', '.join(TASK_KINDS)}")
         if not callable(validator):
             raise PrismError(f"task key {key!r} (from {self.origin}): validator must be callable")
-        self._add(key, TaskKey(key, validator, kinds, description, default, bool(results)), description=description)
+        self._add(key, TaskKey(key, validator, kinds, description, default, bool(results), summary),
+                  description=description)
 
 
 @dataclass(frozen=True)

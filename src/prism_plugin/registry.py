@@ -1,23 +1,15 @@
 """One generic, typed registry: every catalogue of prism-plugin is one.
 
-A :class:`Registry` maps names (and aliases) to entries. An entry holds either
-the object itself or a lazy reference (``"package.module:attribute"``) that is
-imported on first use, so listing a catalogue never imports heavy libraries.
-Every entry records where it came from (the plugin that registered it), a
-one-line description and free-form traits (``meta``) such as a head's
-``seed_invariant`` flag or an adapter's embedding dimension.
+A :class:`Registry` maps names (and aliases) to entries. An entry holds either the object itself or a lazy
+reference (``"package.module:attribute"``) that is imported on first use, so listing a catalogue never imports
+heavy libraries. Every entry records where it came from (the plugin that registered it), a one-line description and
+free-form traits (``meta``) such as a head's ``seed_invariant`` flag or an adapter's embedding dimension.
 
-Unknown names raise :class:`~prism_plugin.errors.UnknownNameError` with the
-closest registered names and the list of available ones::
+Unknown names raise :class:`~prism_plugin.errors.UnknownNameError` with the closest registered names and the list
+of available ones ("unknown probe head 'logistc'; did you mean 'logistic'? (available: ...)").
 
-    >>> heads = Registry("probe head", base=None)
-    >>> heads.add("logistic", "prism_plugin.protocol.probe:LogisticProbe", origin="built in")
-    >>> heads.get("logistc")
-    Traceback (most recent call last):
-    UnknownNameError: unknown probe head 'logistc'; did you mean 'logistic'? (available: logistic)
-
-The plugin host (:mod:`prism_plugin.plugins`) owns one registry per catalogue
-and fills it through the ``register_*`` hooks (built-ins the same way).
+The plugin host (:mod:`prism_plugin.plugins`) owns one registry per catalogue and fills it through the
+``register_*`` hooks (built-ins the same way).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The main job: task -> data -> embeddings -> runs -> tables -> report.
 
-:func:`run_job` is what ``prism-run --task T --model M`` calls for each
-(task, model) pair. Each stage only reads the output of the stage before it.
+:func:`run_job` is what ``prism-run --task T --model M`` calls for each (task, model) pair. Each stage only reads
+the output of the stage before it.
 """
 
 from __future__ import annotations
@@ -18,14 +18,16 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from prism_plugin import quality
 from prism_plugin.errors import PrismError
 from prism_plugin.metrics.descriptions import metric_infos
 from prism_plugin.protocol.grid import GridSpec, RunKey, grid_keys, run_grid, run_suffix
 from prism_plugin.protocol.inputs import check_splits
-from prism_plugin.results import RUNS_NAME, ResultsDir, cell_stats, check_grid_kept, check_layout, rows_to_frame
+from prism_plugin.results import RUNS_NAME, ResultsDir, check_layout, rows_to_frame
+from prism_plugin.aggregation import cell_stats
+from prism_plugin.kept_runs import check_grid_kept
 from prism_plugin.tasks.schema import TaskConfig
 from prism_plugin.versions import NUMERIC_LIBS, library_versions
-
 
 
 @dataclass
@@ -61,9 +63,8 @@ class JobResult:
 
 
 def fit_tag(task: TaskConfig, model_label: str) -> tuple[str, str]:
-    """(model, the task whose train and val splits the probe is fitted on): a transfer task fits on its
-    source task's, any other task on its own (the unit :class:`~prism_plugin.protocol.fit_memo.FitMemo`
-    plans with)."""
+    """(model, the task whose train and val splits the probe is fitted on): a transfer task fits on its source
+    task's, any other task on its own (the unit :class:`~prism_plugin.protocol.fit_memo.FitMemo` plans with)."""
     return (str(model_label), str(task.source_task) if task.is_transfer else str(task.name))
 
 
@@ -99,14 +100,13 @@ def _digest(value: Any) -> str:
 
 
 def metric_plugins(host) -> dict[str, str]:
-    """The plugins that add columns to a run (run_metrics), fit it (heads) or describe how its columns
-    aggregate (metrics), with their origin."""
+    """The plugins that add columns to a run (run_metrics), fit it (heads) or describe how its columns aggregate
+    (metrics), with their origin."""
     out: dict[str, str] = {}
     for hook in ("run_metrics", "register_heads", "probe_heads", "register_metrics"):
         for plugin in host.implementations(hook):
             out[plugin] = host.origin(plugin)
     return dict(sorted(out.items()))
-
 
 
 def fingerprint_parts(task: TaskConfig, adapter, emb_info: dict[str, Any], host=None) -> dict[str, Any]:
@@ -134,8 +134,8 @@ def fingerprint_parts(task: TaskConfig, adapter, emb_info: dict[str, Any], host=
 
 
 def _member_perturbation(task: TaskConfig) -> dict[str, Any]:
-    """``{"perturb": ...}`` of a transfer task whose target (else source) task is a synthetic
-    perturbation domain (the key lives in that member's file), so plugins see it on the run."""
+    """``{"perturb": ...}`` of a transfer task whose target (else source) task is a synthetic perturbation domain
+    (the key lives in that member's file), so plugins see it on the run."""
     if task.extras.get("perturb") or not task.is_transfer:
         return {}
     for member in (task.target_config, task.source_config):
@@ -153,8 +153,8 @@ def _descriptive_keys(host) -> set[str]:
 
 
 def _result_extras(extras: Any, descriptive: set[str]) -> Any:
-    """A task's plugin keys as far as its numbers depend on them: an absent key (value None) and a
-    descriptive one are left out, so registering or declaring one keeps finished runs reusable."""
+    """A task's plugin keys as far as its numbers depend on them: an absent key (value None) and a descriptive one
+    are left out, so registering or declaring one keeps finished runs reusable."""
     if not isinstance(extras, dict):
         return extras
     return {k: v for k, v in extras.items() if v is not None and k not in descriptive}
@@ -166,13 +166,6 @@ def run_fingerprint(task: TaskConfig, adapter, emb_info: dict[str, Any]) -> str:
 
 def _digest_full(parts: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _safe_name(text: str) -> str:
-    """One harmless path component (:func:`prism_plugin.paths.safe_component`)."""
-    from prism_plugin.paths import safe_component
-
-    return safe_component(text)
 
 
 def default_output(base: Path, task: str, adapter_name: str) -> Path:
@@ -188,8 +181,8 @@ def has_grid_keys(task: TaskConfig) -> bool:
 
 
 def grid_units(task: TaskConfig) -> list[tuple[int | None, dict[str, Any], str]]:
-    """``(split seed, probe, run-id suffix)`` of every grid unit, in grid order (split seed, then probe);
-    one unit ``(None, task.probe, "")`` for a task without the ``split_seeds`` / ``probes`` keys."""
+    """``(split seed, probe, run-id suffix)`` of every grid unit, in grid order (split seed, then probe); one unit
+    ``(None, task.probe, "")`` for a task without the ``split_seeds`` / ``probes`` keys."""
     out = []
     for split_seed in task.grid_split_seeds:
         for probe in task.grid_probes:
@@ -200,9 +193,9 @@ def grid_units(task: TaskConfig) -> list[tuple[int | None, dict[str, Any], str]]
 
 
 def planned_runs(task: TaskConfig, model: str) -> list[tuple]:
-    """The runs the task's results folder will hold, as :func:`prism_plugin.results.check_grid_kept` takes
-    them: ``(task, model, fraction, seed)``, or with the grid-dimension keys ``(task, model, fraction, seed,
-    split seed, probe kind)``."""
+    """The runs the task's results folder will hold, as :func:`prism_plugin.results.check_grid_kept` takes them:
+    ``(task, model, fraction, seed)``, or with the grid-dimension keys ``(task, model, fraction, seed, split seed,
+    probe kind)``."""
     if not has_grid_keys(task):
         return [(task.name, model, float(f), int(s)) for f in task.label_fractions for s in task.seeds]
     return [(task.name, model, float(f), int(s), split_seed, str(probe.get("kind", "logistic")))
@@ -251,6 +244,15 @@ class _Unit:
     def cell(self, key: RunKey) -> str:
         return key.id + self.suffix
 
+    def expect(self, task: TaskConfig, key: RunKey) -> dict[str, Any]:
+        """The identity a saved cell of this unit must have."""
+        out: dict[str, Any] = {"fraction": key.fraction, "seed": key.seed}
+        if has_grid_keys(task):
+            if task.split_seeds:
+                out["split_seed"] = self.split_seed
+            out["probe"] = str(self.probe.get("kind", "logistic"))
+        return out
+
 
 def _merge_checks(infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The data checks of every split seed, each distinct one once."""
@@ -275,10 +277,86 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
 
     t_start = time.perf_counter()
     check_before_work(task, opts, adapter.display_name)
-    gridded = has_grid_keys(task)
     loaded = load_split_seeds(task, adapter, opts, host=host)  # (split seed, task at it, splits, info)
     infos = [info for *_, info in loaded]
     results = ResultsDir(opts.output)
+    units = _plan_units(task, adapter, loaded, host)
+    saved = {unit.cell(key): results.load_cell(task.name, unit.cell(key), unit.fingerprint, unit.parts,
+                                               expect=unit.expect(task, key))
+             for unit in units for key in unit.keys}
+    if not opts.overwrite:  # finished runs of other inputs are never replaced without a word
+        _refuse_changed_inputs(results, task, units, saved)
+    columns, ident = _identity(task, adapter, results)
+    t_grid = time.perf_counter()
+    reused, stale, shared_fits = _run_units(task, adapter, host, opts, units, saved, loaded, results, ident)
+    grid_seconds = time.perf_counter() - t_grid
+    _log_stale(task, stale, opts.log)
+    rows, ids = _assemble(task, adapter, units, results, columns)
+    runs = rows_to_frame(rows)
+    results.write_runs(runs)  # first invalidates a summary/report of other content (a kill leaves no mismatch)
+    gone = [n for n in results.invalidated if n.startswith("report.")]
+    if gone and not opts.report:
+        opts.log(f"{task.name}: removed {' and '.join(gone)} of {results.path}: they described the earlier "
+                 f"runs.csv (`prism-run report {results.path}` rebuilds them)")
+    flags, collapsed, degenerate = _flag_runs(task, adapter, host, opts, runs, rows, ids, infos)
+    by_seed = len(loaded) > 1
+
+    def per_seed(field_name: str) -> Any:
+        if not by_seed:
+            return infos[0][field_name]
+        return {f"split_seed={seed}": info[field_name] for seed, _, _, info in loaded}
+
+    cell_by = ["model", *columns] + (["probe"] if task.probes and "probe" in runs else [])
+    summary = {
+        "task": task.name,
+        "model": adapter.display_name,
+        "adapter": adapter.describe(),
+        # the adapter's declared pretraining datasets (None = not declared); never part of a fingerprint
+        "pretraining_data": _pretraining_data(adapter),
+        "resolved_task": task.resolved(),
+        "n_runs": len(rows),
+        **({"grid": {"split_seeds": list(task.split_seeds),
+                     "probes": [str(p.get("kind", "logistic")) for p in task.grid_probes],
+                     "label_fractions": list(task.label_fractions), "seeds": list(task.seeds)}}
+           if has_grid_keys(task) else {}),
+        "cells": cell_stats(runs, cell_by, metric_infos(host, "summary")),
+        "collapsed_fractions": collapsed,
+        "degenerate_fractions": degenerate,
+        "qualified": quality.qualified(flags),
+        "flags": [f.to_dict() for f in flags],
+        "reused_cells": reused,
+        "stale_cells": stale,
+        "run_fingerprint": units[0].fingerprint if len(units) == 1 else
+        _digest_full({u.suffix: u.fingerprint for u in units}),
+        "fingerprints": {"adapter": adapter.fingerprint(), "data": per_seed("fingerprints")},
+        "embedding_cache": per_seed("cache"),
+        "versions": library_versions(),
+        "timings": {"extraction_seconds": round(sum(i["extraction_seconds"] for i in infos), 3),
+                    "extracted_tiles": sum(i["extracted_tiles"] for i in infos),
+                    **({"reused_tiles": sum(i.get("reused_tiles", 0) for i in infos)}
+                       if any("reused_tiles" in i for i in infos) else {}),
+                    "grid_seconds": round(grid_seconds, 3),
+                    # probe fits taken from an earlier job of this command that fitted on the same data
+                    "shared_fits": shared_fits,
+                    "total_seconds": round(time.perf_counter() - t_start, 3)},
+    }
+    for entry in host.task_keys.entries():  # what a plugin's task key adds (the bootstrap's cells[].ci)
+        key = host.task_keys.get(entry.name)
+        if getattr(key, "summary", None) is not None:
+            summary[entry.name] = key.summary(task.extras.get(entry.name), cells=summary["cells"], runs=runs,
+                                              run_ids=ids, artifact_dir=ident["artifact_dir"], task=task.name,
+                                              cell_by=cell_by)
+    results.write_json("summary.json", summary)
+    if opts.report:
+        from prism_plugin.report.build import write_report
+
+        write_report(results.path, host)
+    return JobResult(task, results.path, runs, summary)
+
+
+def _plan_units(task: TaskConfig, adapter, loaded: list, host) -> list[_Unit]:
+    """One :class:`_Unit` per (split seed, probe) of the grid, with its splits and fingerprint."""
+    gridded = has_grid_keys(task)
     units: list[_Unit] = []
     warned_val = False
     for split_seed, variant, splits, emb_info in loaded:
@@ -286,7 +364,7 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
         if "val" not in splits and not warned_val:
             warned_val = True
             warnings.warn(f"task {task.name} has no validation split: temperature and scaled ECE are NaN "
-                          "(the temperature is never fitted on test)", stacklevel=2)
+                          "(the temperature is never fitted on test)", stacklevel=3)
         for seed_of_split, probe, suffix in grid_units(task):
             if seed_of_split != split_seed:
                 continue
@@ -299,36 +377,29 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
             parts = fingerprint_parts(cell_task, adapter, emb_info, host)
             units.append(_Unit(split_seed, probe, suffix, splits, k, spec, parts, _digest_full(parts),
                                list(grid_keys(spec))))
-    reused, stale = [], []
+    return units
 
-    def exact(unit: _Unit, key: RunKey) -> dict[str, Any]:
-        out: dict[str, Any] = {"fraction": key.fraction, "seed": key.seed}
-        if gridded:
-            if task.split_seeds:
-                out["split_seed"] = unit.split_seed
-            out["probe"] = str(unit.probe.get("kind", "logistic"))
-        return out
 
-    saved = {unit.cell(key): results.load_cell(task.name, unit.cell(key), unit.fingerprint, unit.parts,
-                                               expect=exact(unit, key))
-             for unit in units for key in unit.keys}
-    if not opts.overwrite:  # finished runs of other inputs are never replaced without a word
-        changed: dict[str, list[str]] = {}
-        for unit in units:
-            for key in unit.keys:
-                cid = unit.cell(key)
-                row, reason = saved[cid]
-                why = results.inputs_changed(task.name, cid, unit.fingerprint, unit.parts) if reason else None
-                if why:
-                    changed.setdefault(why, []).append(cid)
-        if changed:
-            n = sum(map(len, changed.values()))
-            why, cells = next(iter(changed.items()))
-            raise PrismError(
-                f"--output {results.path}: {n} finished run(s) of {task.name} there were computed from other inputs "
-                f"({why}; {', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''}); pass --overwrite to recompute "
-                "them in this folder, or choose another --output to keep both")
+def _refuse_changed_inputs(results: ResultsDir, task: TaskConfig, units: list[_Unit], saved: dict) -> None:
+    """A saved run of this folder computed from other inputs is an error unless ``--overwrite``."""
+    changed: dict[str, list[str]] = {}
+    for unit in units:
+        for key in unit.keys:
+            cid = unit.cell(key)
+            why = results.inputs_changed(task.name, cid, unit.fingerprint, unit.parts) if saved[cid][1] else None
+            if why:
+                changed.setdefault(why, []).append(cid)
+    if changed:
+        n = sum(map(len, changed.values()))
+        why, cells = next(iter(changed.items()))
+        raise PrismError(
+            f"--output {results.path}: {n} finished run(s) of {task.name} there were computed from other inputs "
+            f"({why}; {', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''}); pass --overwrite to recompute "
+            "them in this folder, or choose another --output to keep both")
 
+
+def _identity(task: TaskConfig, adapter, results: ResultsDir) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the identity columns of every row, what the grid hands each run besides its data)."""
     if task.is_transfer:
         columns = {"src": task.src, "tgt": task.tgt, "pair": task.pair}
         if task.extras.get("shift"):  # the declared shift kind (tables.tables_from_results routes by it)
@@ -338,13 +409,21 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     columns.update(task.columns)
     table = task.reference_table or ("transfer" if task.is_transfer else
                                      "indomain_propval" if task.proportional_val else "indomain")
-    ident = {"reference_table": table, "task": task.name, "adapter": adapter.name, "model": adapter.display_name, "dataset": task.dataset,
-             "class_names": task.class_names, "columns": columns,
+    ident = {"reference_table": table, "task": task.name, "adapter": adapter.name, "model": adapter.display_name,
+             "dataset": task.dataset, "class_names": task.class_names, "columns": columns,
              "meta": {**task.extras, **_member_perturbation(task), "kind": task.kind, "src": task.src,
                       "tgt": task.tgt, "pair": task.pair,
                       "results_dir": str(results.path), "adaptation": task.adaptation, "priors": task.priors},
              "artifact_dir": results.path / "artifacts"}
-    t_grid = time.perf_counter()
+    return columns, ident
+
+
+def _run_units(task: TaskConfig, adapter, host, opts: JobOptions, units: list[_Unit], saved: dict, loaded: list,
+               results: ResultsDir, ident: dict[str, Any]) -> tuple[list[str], list[dict[str, str]], int]:
+    """Run every unit's missing cells (in-process or on ``opts.executor``), saving each as it comes; returns
+    (reused cell ids, stale cells, probe fits shared with an earlier job)."""
+    reused: list[str] = []
+    stale: list[dict[str, str]] = []
     executor = opts.executor
     in_process = executor is None or executor.in_process
     memo = opts.fit_memo if in_process else None
@@ -367,7 +446,7 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
             results.save_cell(task.name, unit.cell(key), unit.fingerprint, row, unit.parts)
 
         unit_ident = dict(ident)
-        if gridded:
+        if has_grid_keys(task):
             unit_ident["run_suffix"] = unit.suffix
             if task.split_seeds:
                 unit_ident["split_seed"] = unit.split_seed
@@ -386,21 +465,28 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
                           tuple(sorted(host.disabled)), blas_threads=driver_blas_threads())
             for key, row in executor.run(job, plan_units(unit.spec, skip)):
                 save(key, row)
-    grid_seconds = time.perf_counter() - t_grid
     if memo is not None:
         memo.done(tag)
-    if stale:
-        by_reason: dict[str, list[str]] = {}
-        for s in stale:
-            by_reason.setdefault(s["reason"], []).append(s["cell"])
-        for why, cells in by_reason.items():
-            opts.log(f"{task.name}: recomputed {len(cells)} saved run(s) not reusable: {why} "
-                     f"({', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''})")
+    return reused, stale, shared_fits
+
+
+def _log_stale(task: TaskConfig, stale: list[dict[str, str]], log: Callable[[str], None]) -> None:
+    by_reason: dict[str, list[str]] = {}
+    for s in stale:
+        by_reason.setdefault(s["reason"], []).append(s["cell"])
+    for why, cells in by_reason.items():
+        log(f"{task.name}: recomputed {len(cells)} saved run(s) not reusable: {why} "
+            f"({', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''})")
+
+
+def _assemble(task: TaskConfig, adapter, units: list[_Unit], results: ResultsDir,
+              columns: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows and run ids of the job, read back from the persisted cells: resumed == uninterrupted."""
     rows, ids = [], []
-    for unit in units:  # assemble from the persisted cells: resumed == uninterrupted
+    for unit in units:
         for key in unit.keys:
             cid = unit.cell(key)
-            row, reason = results.load_cell(task.name, cid, unit.fingerprint, unit.parts, expect=exact(unit, key))
+            row, reason = results.load_cell(task.name, cid, unit.fingerprint, unit.parts, expect=unit.expect(task, key))
             if row is None:
                 raise PrismError(f"results cell {cid} of {task.name} is missing after the run ({reason})")
             # the identity columns as the task gives them now (a descriptive key such as `shift`, declared
@@ -408,85 +494,33 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
             rows.append({"model": adapter.display_name, **columns,
                          **{k: v for k, v in row.items() if k != "model" and k not in columns}})
             ids.append(cid)
-    runs = rows_to_frame(rows)
-    results.write_runs(runs)  # first invalidates a summary/report of other content (a kill leaves no mismatch)
-    gone = [n for n in results.invalidated if n.startswith("report.")]
-    if gone and not opts.report:
-        opts.log(f"{task.name}: removed {' and '.join(gone)} of {results.path}: they described the earlier "
-                 f"runs.csv (`prism-run report {results.path}` rebuilds them)")
-    from prism_plugin import quality
+    return rows, ids
 
+
+def _flag_runs(task: TaskConfig, adapter, host, opts: JobOptions, runs: pd.DataFrame, rows: list[dict],
+               ids: list[str], infos: list[dict]) -> tuple[list, list[float], list[float]]:
+    """The quality flags of the runs (attached to ``runs.attrs``, warnings logged) and the fractions with a probe
+    collapse / PRISM's ``degenerate``."""
     data_checks = _merge_checks(infos) if len(infos) > 1 else infos[0].get("data_checks")
     runs.attrs[quality.RUN_IDS_ATTR] = ids  # flags name the runs by these ids
     flags = quality.run_flags(runs, t_bounds=task.temperature_bounds, data_checks=data_checks,
-                              checks=quality.host_checks(host),
-                              name=task.name)
+                              checks=quality.host_checks(host), name=task.name)
     one_class = any(r.get("n_test_classes") == 1 for r in rows) or any(
         isinstance(c, dict) and c.get("check") == "single_class_test" for c in data_checks or ())
     collapsed, degenerate = _collapse_fractions(rows, one_class)
     if collapsed:
         msg = (f"{adapter.display_name} on {task.name}: probe collapsed (predicts one class beyond its test share "
                f"and recalls no other class) at fraction(s) {', '.join(f'{f:g}' for f in collapsed)}")
-        warnings.warn(msg, stacklevel=2)
+        warnings.warn(msg, stacklevel=3)
     elif one_class and degenerate:
         warnings.warn(f"{adapter.display_name} on {task.name}: the test split has one class, so predicting it is not "
-                      "a probe collapse; AUROC is undefined and ECE/F1 describe that class only", stacklevel=2)
+                      "a probe collapse; AUROC is undefined and ECE/F1 describe that class only", stacklevel=3)
     # the loader's data checks were already printed as warnings when the splits were read
     for line in quality.console_lines([f for f in flags if f.level == "warning" and f.source != "data"],
                                       f"{adapter.display_name} on {task.name}"):
         opts.log(line)
     runs.attrs["flags"] = [f.to_dict() for f in flags]
-    by_seed = len(loaded) > 1
-
-    def per_seed(field_name: str) -> Any:
-        if not by_seed:
-            return infos[0][field_name]
-        return {f"split_seed={seed}": info[field_name] for seed, _, _, info in loaded}
-
-    cell_by = ["model", *columns] + (["probe"] if task.probes and "probe" in runs else [])
-    summary = {
-        "task": task.name,
-        "model": adapter.display_name,
-        "adapter": adapter.describe(),
-        # the adapter's declared pretraining datasets (None = not declared); never part of a fingerprint
-        "pretraining_data": _pretraining_data(adapter),
-        "resolved_task": task.resolved(),
-        "n_runs": len(rows),
-        **({"grid": {"split_seeds": list(task.split_seeds),
-                     "probes": [str(p.get("kind", "logistic")) for p in task.grid_probes],
-                     "label_fractions": list(task.label_fractions), "seeds": list(task.seeds)}} if gridded else {}),
-        "cells": cell_stats(runs, cell_by, metric_infos(host, "summary")),
-        "collapsed_fractions": collapsed,
-        "degenerate_fractions": degenerate,
-        "qualified": quality.qualified(flags),
-        "flags": [f.to_dict() for f in flags],
-        "reused_cells": reused,
-        "stale_cells": stale,
-        "run_fingerprint": units[0].fingerprint if len(units) == 1 else
-        _digest_full({u.suffix: u.fingerprint for u in units}),
-        "fingerprints": {"adapter": adapter.fingerprint(), "data": per_seed("fingerprints")},
-        "embedding_cache": per_seed("cache"),
-        "versions": library_versions(),
-        "timings": {"extraction_seconds": round(sum(i["extraction_seconds"] for i in infos), 3),
-                    "extracted_tiles": sum(i["extracted_tiles"] for i in infos),
-                    **({"reused_tiles": sum(i.get("reused_tiles", 0) for i in infos)}
-                       if any("reused_tiles" in i for i in infos) else {}),
-                    "grid_seconds": round(grid_seconds, 3),
-                    # probe fits taken from an earlier job of this command that fitted on the same data
-                    "shared_fits": shared_fits,
-                    "total_seconds": round(time.perf_counter() - t_start, 3)},
-    }
-    if "bootstrap" in host.implementations("run_metrics"):  # cells[].ci of the seed mean (metrics/bootstrap.py)
-        from prism_plugin.metrics.bootstrap import summary_block
-
-        summary["bootstrap"] = summary_block(summary["cells"], runs, ids, ident["artifact_dir"], task.name, cell_by,
-                                             task.extras.get("bootstrap"))
-    results.write_json("summary.json", summary)
-    if opts.report:
-        from prism_plugin.report.build import write_report
-
-        write_report(results.path, host)
-    return JobResult(task, results.path, runs, summary)
+    return flags, collapsed, degenerate
 
 
 def _pretraining_data(adapter) -> list[str] | None:
@@ -503,9 +537,9 @@ def _pretraining_data(adapter) -> list[str] | None:
 
 
 def _collapse_fractions(rows: list[dict], one_class: bool = False) -> tuple[list[float], list[float]]:
-    """(fractions with a prevalence-aware collapse, fractions with PRISM's ``degenerate``); runs without
-    the prevalence-aware column (an older cell) count by ``degenerate``; a one-class test split never
-    collapses (``one_class``: the loader or the runs say the test split has one class)."""
+    """(fractions with a prevalence-aware collapse, fractions with PRISM's ``degenerate``); runs without the
+    prevalence-aware column (an older cell) count by ``degenerate``; a one-class test split never collapses
+    (``one_class``: the loader or the runs say the test split has one class)."""
     collapsed, degenerate = set(), set()
     for r in rows:
         f = float(r["fraction"])
@@ -519,49 +553,3 @@ def _collapse_fractions(rows: list[dict], one_class: bool = False) -> tuple[list
     return sorted(collapsed), sorted(degenerate)
 
 
-def compact_table(runs: pd.DataFrame, flags: list[dict] | None = None) -> str:
-    """Seed mean ± std per fraction of the headline metrics, as fixed-width text.
-
-    ``collapsed``: runs with the prevalence-aware collapse (PRISM's ``degenerate`` for runs without
-    it); ``flags``: per fraction, the runs each quality warning marks (``T@bound 3``, ``NLL-up 1``,
-    ``not-converged 2``; :mod:`prism_plugin.quality`). ``flags`` default: those :func:`run_job`
-    attached to ``runs``, else recomputed with the default temperature bounds. A table of several
-    probes (a task with ``probes:``) has one line per probe and fraction, the mean ± std over its
-    seeds and split seeds.
-    """
-    from prism_plugin import quality
-
-    cols = [c for c in ("auroc", "f1_macro", "ece_fixed", "ece_scaled_fixed", "temperature") if c in runs]
-    if flags is None:
-        flags = runs.attrs.get("flags")
-    if flags is None:
-        flags = [f.to_dict() for f in quality.run_flags(runs)]
-    by_probe = "probe" in runs and runs["probe"].nunique(dropna=True) > 1
-    ids = pd.Series(quality.all_run_ids(runs), index=runs.index)
-    markers = quality.fraction_markers(flags)
-    any_marks = bool(markers)
-    width = max([len(str(p)) for p in runs["probe"].dropna().unique()] + [5]) if by_probe else 0
-    head = (f"{'probe':<{width}}  " if by_probe else "") + f"{'fraction':>8}  "
-    lines = [head + "  ".join(f"{c:>17}" for c in cols) + "  collapsed" + ("  flags" if any_marks else "")]
-    if by_probe:  # probes in grid order, fractions ascending within each
-        kinds = list(dict.fromkeys(runs["probe"].dropna()))
-        items = sorted(runs.groupby(["probe", "fraction"], sort=False),
-                       key=lambda item: (kinds.index(item[0][0]), float(item[0][1])))
-    else:
-        items = list(runs.groupby("fraction", sort=True))
-    for name, g in items:
-        probe, frac = name if by_probe else (None, name)
-        cells = []
-        for c in cols:
-            v = pd.to_numeric(g[c], errors="coerce")
-            sd = v.std(ddof=1) if len(v) > 1 else float("nan")
-            cells.append(f"{v.mean():>8.4f} ± {sd:<6.4f}")
-        if "collapsed" in g and quality.as_bool(g["collapsed"]).notna().any():
-            n_deg = int((quality.as_bool(g["collapsed"]) == 1.0).sum())
-        else:
-            n_deg = int((quality.as_bool(g["degenerate"]) == 1.0).sum()) if "degenerate" in g else 0
-        found = quality.cell_markers(flags, ids[g.index]) if by_probe else markers.get(float(frac), [])
-        mark = [m for m in found if not m.startswith("collapsed")]
-        lines.append((f"{str(probe):<{width}}  " if by_probe else "") + f"{frac:>8g}  " + "  ".join(cells) +
-                     f"  {f'{n_deg}/{len(g)}':>9}" + (f"  {', '.join(mark)}" if mark else ""))
-    return "\n".join(lines)

@@ -1,9 +1,8 @@
 """Per-run tables in the reference (results_v2) schema, and summary outputs.
 
-Data flows one way: runs -> tables -> summaries -> report. This module holds the
-tables stage: :class:`RunTables` bundles the per-run tables that summaries read,
-whether they come from the user's results directories or from a directory with
-the published ``results_v2`` layout.
+Data flows one way: runs -> tables -> summaries -> report. This module holds the tables stage: :class:`RunTables`
+bundles the per-run tables that summaries read, whether they come from the user's results directories or from a
+directory with the published ``results_v2`` layout.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from prism_plugin.errors import PrismError, suggest
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.plugins import host_or_shared
 from prism_plugin.registrars import DEFAULT_KEY_COLUMNS
+from prism_plugin.results import find_runs_files
 
 #: The built-in per-run table kinds (registered through ``register_tables``): file name in the
 #: results_v2 layout and the columns that must be present for the summaries to read it.
@@ -48,51 +48,14 @@ REFERENCE_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-#: Transfer tables of the runs of prism-run (not in the PRISM release) by the task's declared
-#: ``shift:`` kind. The release's ``transfer`` table (``ood_all_v2``) holds label-definition pairs
-#: and the report compares it with the PRISM label-definition bands; a transfer run of a task whose
-#: ``shift`` is ``covariate`` or ``prior``, or that declares none, is routed to its own table instead.
-SHIFT_TABLES: dict[str, str] = {
-    "covariate": "covariate_transfer",
-    "prior": "prior_transfer",
-}
-#: The ``shift`` value :func:`tables_from_results` gives a ``transfer`` row whose task declares no
-#: shift kind (the row stays in ``transfer``; the report says the kind is not declared and does not
-#: compare it with the label-definition bands). Release tables have no ``shift`` column: their
-#: ``transfer`` rows are label-definition pairs.
+#: The ``shift`` value a ``transfer`` row whose task declares no shift kind gets (the row stays in
+#: ``transfer``; the report says the kind is not declared and does not compare it with the
+#: label-definition bands). Release tables have no ``shift`` column: their ``transfer`` rows are
+#: label-definition pairs.
 UNDECLARED = "undeclared"
-#: The transfer tables whose rows carry ``shift`` (the routing of :func:`tables_from_results`).
+#: The table of transfer tasks that name none: its rows carry ``shift`` and are routed by it to the
+#: table kind declaring ``shift_table=True`` with that shift (:func:`routed_rows`).
 SHIFT_ROUTED_FROM = "transfer"
-
-#: Column renames from prism-run's runs.csv to the results_v2 schema, per built-in table.
-RESULTS_RENAMES: dict[str, dict[str, str]] = {
-    "camelyon17_indomain": {"n_val": "n_val_full"},
-    "camelyon17_transfer": {"n_val": "n_val_full"},
-    "indomain_propval": {"temperature_prop": "temperature", "ece_scaled_prop": "ece_scaled_fixed",
-                         "ece_scaled_adaptive_prop": "ece_scaled_adaptive", "n_val_prop": "n_val"},
-}
-#: Columns dropped before the renames (they are replaced by the renamed ones).
-RESULTS_DROPS: dict[str, tuple[str, ...]] = {
-    "indomain_propval": ("temperature", "ece_scaled_fixed", "ece_scaled_adaptive", "n_val"),
-}
-
-
-def find_runs_files(paths) -> list[Path]:
-    """Every runs.csv in the given results directories (searched recursively), in order."""
-    found: list[Path] = []
-    for p in paths:
-        p = Path(p)
-        if p.is_file() and p.name == "runs.csv":
-            found.append(p)
-        elif p.is_dir():
-            direct = p / "runs.csv"
-            found.extend([direct] if direct.exists() else sorted(p.rglob("runs.csv")))
-        else:
-            raise PrismError(f"{p}: not a results directory (no runs.csv)")
-    if not found:
-        raise PrismError("no runs.csv found in " + ", ".join(map(str, paths)) + "; run prism-run first")
-    return list(dict.fromkeys(found))
-
 
 def tables_from_reference_dir(directory: str | Path, *, required: tuple[str, ...] = (), host=None) -> RunTables:
     """Read a directory with the published results_v2 layout: one file per table kind.
@@ -133,13 +96,12 @@ def _input_labels(paths) -> list[str]:
 def tables_from_results(paths, host=None, *, label_models_by_input: bool = False) -> RunTables:
     """Combine runs.csv files of prism-run results directories into RunTables.
 
-    Each row's ``reference_table`` column says which results_v2 table it
-    belongs to; columns are renamed to that table's schema. Rows of probe
-    sweeps (``sweep_key`` set) are left out: ``prism-run sensitivity`` reads them.
+    Each row's ``reference_table`` column says which results_v2 table it belongs to; columns are renamed to that
+    table's schema. Rows of probe sweeps (``sweep_key`` set) are left out: ``prism-run sensitivity`` reads them.
 
-    ``label_models_by_input``: a model name found under more than one of ``paths`` (two checkpoints
-    of one adapter, run into two folders) becomes ``<model> · <folder name>`` in each, instead of
-    the runs colliding as "the same run twice".
+    ``label_models_by_input``: a model name found under more than one of ``paths`` (two checkpoints of one adapter,
+    run into two folders) becomes ``<model> · <folder name>`` in each, instead of the runs colliding as "the same
+    run twice".
     """
     kinds = host_or_shared(host).tables
     parts: dict[str, list[pd.DataFrame]] = {}
@@ -169,20 +131,12 @@ def tables_from_results(paths, host=None, *, label_models_by_input: bool = False
             df = df[~is_sweep]
             if df.empty:
                 continue
-        table_col = df["reference_table"] if "reference_table" in df else pd.Series("indomain", index=df.index)
-        table_col = shift_routed(df, table_col)
-        for table, rows in df.groupby(table_col, sort=False):
+        for table, rows in routed_rows(df, kinds):
             if table not in kinds:
                 raise PrismError(f"{file}: unknown reference_table {table!r}{suggest(str(table), kinds.names())} "
                                  f"(table kinds: {', '.join(kinds.names())}; a plugin registers more with "
                                  "register_tables)")
-            kind = kinds.get(table)
-            if table == SHIFT_ROUTED_FROM:  # a transfer row without a declared shift kind says so
-                shift = rows["shift"] if "shift" in rows else pd.Series(np.nan, index=rows.index)
-                rows = rows.copy()  # one consolidated frame, then one column set: never fragmented
-                rows["shift"] = shift.where(shift.notna() & (shift.astype(str) != ""), UNDECLARED)
-            rows = rows.drop(columns=[c for c in kind.drops if c in rows])
-            parts.setdefault(kind.name, []).append(rows.rename(columns=dict(kind.renames)))
+            parts.setdefault(table, []).append(rows)
     if not parts:
         raise PrismError(f"the results given hold only {swept} probe-sweep run(s); "
                          "read them with `prism-run sensitivity DIR`")
@@ -198,21 +152,38 @@ def tables_from_results(paths, host=None, *, label_models_by_input: bool = False
     return RunTables(out)
 
 
-def shift_routed(df: pd.DataFrame, table_col: pd.Series) -> pd.Series:
-    """The table of each runs.csv row with the ``shift`` routing applied: a row of the default
-    ``transfer`` table whose task declares ``shift: covariate`` / ``prior`` goes to
-    ``covariate_transfer`` / ``prior_transfer``; ``label_definition`` rows and rows of a task
-    without ``shift`` stay (see :data:`UNDECLARED`). Other tables (``camelyon17_transfer``, a
-    plugin's) are kept as the task file named them."""
+def routed_rows(df: pd.DataFrame, kinds):
+    """``(table, rows)`` per table of a runs.csv frame, rows in that table's schema (``drops``, then
+    ``renames``). A row of :data:`SHIFT_ROUTED_FROM` whose task declares ``shift: <kind>`` goes to the
+    table kind with ``shift_table=True`` and that ``shift``; the rows staying there carry ``shift``
+    (:data:`UNDECLARED` when none). A table not in ``kinds`` (the host's table registry) comes unchanged."""
+    table_col = df["reference_table"] if "reference_table" in df else pd.Series("indomain", index=df.index)
     routed = table_col.astype(object).copy()
     is_default = routed == SHIFT_ROUTED_FROM
-    if not is_default.any():
-        return routed
     shift = df["shift"] if "shift" in df else pd.Series(np.nan, index=df.index)
-    shift = shift.where(shift.notna(), "").astype(str).str.strip()
-    for kind, table in SHIFT_TABLES.items():
-        routed[is_default & (shift == kind)] = table
-    return routed
+    if is_default.any():
+        declared = shift.where(shift.notna(), "").astype(str).str.strip()
+        for kind in (kinds.get(n) for n in kinds.names()):
+            if kind.shift_table:
+                routed[is_default & (declared == kind.shift)] = kind.name
+    for table, rows in df.groupby(routed, sort=False):
+        if table not in kinds:
+            yield table, rows
+            continue
+        kind = kinds.get(table)
+        if table == SHIFT_ROUTED_FROM:  # a transfer row without a declared shift kind says so
+            rows = rows.copy()  # one consolidated frame, then one column set: never fragmented
+            own = shift.loc[rows.index]
+            rows["shift"] = own.where(own.notna() & (own.astype(str) != ""), UNDECLARED)
+        rows = rows.drop(columns=[c for c in kind.drops if c in rows])
+        yield table, rows.rename(columns=dict(kind.renames))
+
+
+def table_kinds(host=None) -> tuple:
+    """Every registered :class:`~prism_plugin.registrars.TableKind`, in report order (``order``, then
+    registration)."""
+    reg = host_or_shared(host).tables
+    return tuple(sorted((reg.get(n) for n in reg.names()), key=lambda k: k.order))
 
 
 def read_run_table(path: Path, required_columns: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -231,28 +202,46 @@ def read_run_table(path: Path, required_columns: tuple[str, ...] = ()) -> pd.Dat
     return df
 
 
+#: What the report needs of each built-in table kind (besides its file and columns).
+_IN_DIST = {"role": "in_distribution"}
+_TRANSFER = {"role": "transfer", "leaderboard": "rank"}
+BUILTIN_TABLES: tuple[tuple[str, str, dict], ...] = (
+    ("indomain", "in-distribution runs (dataset x fraction x seed)",
+     {**_IN_DIST, "label": "in-distribution", "order": 10, "leaderboard": "rank"}),
+    ("transfer", "label-definition transfer runs (src -> tgt pair)",
+     {**_TRANSFER, "label": "label-definition transfer", "order": 30, "shift": "label_definition", "bands": True}),
+    ("camelyon17_indomain", "Camelyon17 per-hospital in-distribution runs",
+     {**_IN_DIST, "label": "Camelyon17 in-distribution", "order": 40, "setting": "hospital", "binary": True,
+      "setting_prefix": "Camelyon17 "}),
+    ("camelyon17_transfer", "Camelyon17 hospital -> hospital transfer runs",
+     {**_TRANSFER, "label": "Camelyon17 hospital transfer", "order": 50, "shift": "covariate", "bands": True,
+      "grid": True, "setting_prefix": "Camelyon17 ", "leaderboard": "show"}),
+    ("indomain_propval", "in-distribution runs with a proportional validation subset",
+     {**_IN_DIST, "label": "in-distribution (proportional validation)", "order": 20, "variant_of": "indomain",
+      "temperature_from": "the proportional validation subset", "leaderboard": ""}),
+)
+#: Column renames from prism-run's runs.csv to the results_v2 schema, and the columns dropped first.
+_RENAMES = {"camelyon17_indomain": {"n_val": "n_val_full"}, "camelyon17_transfer": {"n_val": "n_val_full"},
+            "indomain_propval": {"temperature_prop": "temperature", "ece_scaled_prop": "ece_scaled_fixed",
+                                 "ece_scaled_adaptive_prop": "ece_scaled_adaptive", "n_val_prop": "n_val"}}
+_DROPS = {"indomain_propval": ("temperature", "ece_scaled_fixed", "ece_scaled_adaptive", "n_val")}
+
+
 @hookimpl
 def register_tables(register) -> None:
     """The five per-run tables of the PRISM release (results_v2), and the transfer tables of the runs
-    by declared shift kind (:data:`SHIFT_TABLES`)."""
-    descriptions = {
-        "indomain": "in-distribution runs (dataset x fraction x seed)",
-        "transfer": "label-definition transfer runs (src -> tgt pair)",
-        "camelyon17_indomain": "Camelyon17 per-hospital in-distribution runs",
-        "camelyon17_transfer": "Camelyon17 hospital -> hospital transfer runs",
-        "indomain_propval": "in-distribution runs with a proportional validation subset",
-    }
-    for name, (file, columns) in REFERENCE_FILES.items():
-        register(name, file, columns, renames=RESULTS_RENAMES.get(name, {}), drops=RESULTS_DROPS.get(name, ()),
-                 description=descriptions.get(name, ""))
-    shift_descriptions = {
-        "covariate_transfer": "transfer runs of tasks with shift: covariate (site, scanner, stain; same labels); "
-                              "not compared with the PRISM label-definition bands",
-        "prior_transfer": "transfer runs of tasks with shift: prior (class proportions differ)",
-    }
-    for name, description in shift_descriptions.items():
+    of tasks declaring ``shift: covariate`` / ``prior``."""
+    for name, description, report in BUILTIN_TABLES:
+        file, columns = REFERENCE_FILES[name]
+        register(name, file, columns, renames=_RENAMES.get(name, {}), drops=_DROPS.get(name, ()),
+                 description=description, **report)
+    for name, shift, order, description in (
+            ("covariate_transfer", "covariate", 60, "transfer runs of tasks with shift: covariate (site, scanner, "
+             "stain; same labels); not compared with the PRISM label-definition bands"),
+            ("prior_transfer", "prior", 70, "transfer runs of tasks with shift: prior (class proportions differ)")):
         register(name, f"{name}.csv", ("model", "src", "tgt", "pair", "fraction", "seed"),
-                 key_columns=DEFAULT_KEY_COLUMNS + ("split_seed",), description=description)
+                 key_columns=DEFAULT_KEY_COLUMNS + ("split_seed",), description=description, **_TRANSFER,
+                 label=f"{shift}-shift transfer", order=order, shift=shift, shift_table=True)
 
 
 def load_tables(results_dirs: list[Path], reference: Path | None, host=None, *, label_models_by_input: bool = False):
@@ -263,7 +252,7 @@ def load_tables(results_dirs: list[Path], reference: Path | None, host=None, *, 
         raise PrismError("give RESULTS_DIR... (prism-run results) or --reference DIR (published tables)")
     parts = []
     if reference is not None:
-        parts.append(RunTables.from_reference_dir(reference, host=host))
+        parts.append(tables_from_reference_dir(reference, host=host))
     if results_dirs:
         for d in results_dirs:
             if not d.exists():

@@ -7,7 +7,7 @@ from threadpoolctl import threadpool_limits
 
 
 @pytest.fixture(autouse=True)
-def _one_blas_thread():
+def one_blas_thread():
     """Small problems: one BLAS thread is faster and immune to a busy CI box."""
     with threadpool_limits(limits=1):
         yield

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from prism_plugin.adaptation.generator import ShiftGenerator
+from prism_plugin.studies.hematology.generator import ShiftGenerator
 from prism_plugin.protocol.inputs import SplitArrays
 
 WBC = ("neutrophil", "lymphocyte", "monocyte", "eosinophil", "basophil")

@@ -10,12 +10,13 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import LinearSVC
 
-from prism_plugin.adaptation.heads import HEADS, CentroidHead, OneNNHead, linear_params
+from prism_plugin.heads.standardised import HEADS, CentroidHead, OneNNHead, linear_params
 from prism_plugin.errors import PrismError
 from prism_plugin.metrics.core import softmax
 from prism_plugin.plugins import get_host
 from prism_plugin.protocol.grid import GridSpec, run_grid
 from prism_plugin.protocol.inputs import SplitArrays
+from prism_plugin.protocol.settings import check_probe
 
 
 @pytest.fixture(scope="module")
@@ -106,22 +107,21 @@ def test_heads_are_registered_and_run_in_the_grid(data):
     assert tuple(HEADS) == ("logistic_std", "knn1", "centroid", "centroid_cos", "linear_svm")
     assert [HEADS[k].linear for k in HEADS] == [True, False, True, True, True]
     for kind, spec in HEADS.items():
-        # registered by the adaptation plugin, with the factory and the linear trait SHOT-IM reads
-        assert reg.entry(kind).plugin == "adaptation", kind
-        assert reg.get(kind) is spec.factory
+        # registered by the built-in heads plugin, with the factory, its settings and the linear trait
+        assert reg.entry(kind).plugin == "builtin_heads", kind
+        assert reg.get(kind) is spec.factory and reg.meta(kind, "settings") == spec.settings
         assert host.head_traits(kind)["linear"] is spec.linear
     ident = {"task": "t", "adapter": "a", "model": "m", "dataset": "d", "meta": {"kind": "indomain"}}
     tr, te = SplitArrays(X, y), SplitArrays(Xt, yt)
-    # inherited PRISM logistic settings are ignored by heads without them
-    spec = GridSpec(fractions=(1.0,), seeds=(0,), probe={"kind": "knn1", "C": 1.0, "max_iter": 1000})
+    spec = GridSpec(fractions=(1.0,), seeds=(0,), probe=check_probe({"kind": "knn1"}))
     row = next(iter(run_grid(tr, None, te, 4, spec, host, ident).values()))
     assert row["probe"] == "knn1" and row["f1_macro"] > 0.8
-    bad = GridSpec(fractions=(1.0,), seeds=(0,), probe={"kind": "centroid", "neighbours": 3})
-    with pytest.raises(PrismError, match="neighbours"):
-        run_grid(tr, None, te, 4, bad, host, ident)
-    bad_c = GridSpec(fractions=(1.0,), seeds=(0,), probe={"kind": "logistic_std", "C": "large"})
-    with pytest.raises(PrismError, match="C must be a positive number"):
-        run_grid(tr, None, te, 4, bad_c, host, ident)
+    with pytest.raises(PrismError, match=r"probe.neighbours: unknown key 'probe.neighbours' for probe head 'centroid'.*standardize"):
+        check_probe({"kind": "centroid", "neighbours": 3})
+    with pytest.raises(PrismError, match=r"probe.C: must be a finite number, got 'large' \(probe head logistic_std\)"):
+        check_probe({"kind": "logistic_std", "C": "large"})
+    assert check_probe({"kind": "linear_svm", "C": 2}) == {"kind": "linear_svm", "C": 2.0, "max_iter": 1000,
+                                                           "tol": 1e-4, "standardize": True}
 
 
 def test_heads_without_standardisation(data):

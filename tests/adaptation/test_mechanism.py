@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from prism_plugin.adaptation import stats, tta
-from prism_plugin.adaptation.generator import ShiftGenerator
-from prism_plugin.adaptation.heads import StandardisedLogistic
+from prism_plugin.studies.hematology.generator import ShiftGenerator
+from prism_plugin.heads.standardised import StandardisedLogistic
 from prism_plugin.metrics.core import f1_macro
 
 SKEWED = [0.8, 0.05, 0.05, 0.05, 0.05]

@@ -10,7 +10,7 @@ import pytest
 from prism_plugin import hookimpl
 from prism_plugin.adaptation import calibration as cal
 from prism_plugin.adaptation import config, tta
-from prism_plugin.adaptation.heads import StandardisedLogistic
+from prism_plugin.heads.standardised import StandardisedLogistic
 from prism_plugin.errors import PrismError, UnknownNameError
 from prism_plugin.plugins import PluginHost, get_host
 from prism_plugin.protocol.grid import GridSpec, run_grid
@@ -26,14 +26,14 @@ def _fail(key, msg):
     return PrismError(f"{key}: {msg}")
 
 
-def sharpen(X, inputs, *, base_proba, y_true, cache):
+def sharpen(X, inputs, *, base_proba, y_true, cache, meta):
     """A toy label-free method: square the probabilities and renormalise (same arg-max)."""
-    CALLS.append({"n": len(X), "y_true": y_true, "cache": cache})
+    CALLS.append({"n": len(X), "y_true": y_true, "cache": cache, "meta": meta})
     p = base_proba ** 2
     return tta.Adapted("sharpen", p / p.sum(axis=1, keepdims=True), None, "squared")
 
 
-def flip(X, inputs, *, base_proba, y_true, cache):
+def flip(X, inputs, *, base_proba, y_true, cache, meta):
     """Predict the next class: changes the macro-F1, so the gain is not 0."""
     return tta.Adapted("flip", np.roll(base_proba, 1, axis=1), None)
 
@@ -100,10 +100,10 @@ def test_unknown_names_name_the_closest_and_the_available(host):
 
 
 def test_bad_method_output_names_the_method():
-    def broken(X, inputs, *, base_proba, y_true, cache):
+    def broken(X, inputs, *, base_proba, y_true, cache, meta):
         return base_proba
 
-    def crashes(X, inputs, *, base_proba, y_true, cache):
+    def crashes(X, inputs, *, base_proba, y_true, cache, meta):
         raise ValueError("boom")
 
     mod = types.ModuleType("bad_tta")
@@ -161,6 +161,10 @@ def test_a_plugin_method_gets_the_columns_of_a_builtin(host):
     assert row["gain_my_method"] == pytest.approx(0.0)  # same arg-max
     assert row["gain_flip"] < 0
     assert all(c["y_true"] is None for c in CALLS) and {c["n"] for c in CALLS} == {300, 64}
+    # every call reads the run's task keys, read-only
+    assert all(c["meta"]["adaptation"] == chosen and c["meta"]["priors"] == priors for c in CALLS)
+    with pytest.raises(TypeError):
+        CALLS[0]["meta"]["kind"] = "indomain"
     # without an `adaptation:` key a transfer run computes the default entries: my_method yes, flip no
     row, _ = _run(host, {"kind": "transfer"})
     assert "gain_my_method" in row and "gain_flip" not in row and "gain_oracle_cb" in row
@@ -186,7 +190,8 @@ def test_a_labelled_plugin_method_is_an_upper_bound_in_the_audit_tables():
     """The audit reads the method order and the needs_labels trait from the host's registry."""
     import pandas as pd
 
-    from prism_plugin.adaptation import audit, priors as pri
+    from prism_plugin.adaptation import priors as pri
+    from prism_plugin.studies.hematology import inputs, tables
 
     host = PluginHost(extra_plugins=[_labelled_plugin()])
     rows = []
@@ -199,18 +204,18 @@ def test_a_labelled_plugin_method_is_an_upper_bound_in_the_audit_tables():
             row[pri.column("balanced", 32, f"f1_{m}")] = 0.5 + 0.02 * (j - 1)
         rows.append(row)
     runs = pd.DataFrame(rows)
-    inp = audit.prepare(runs, host=host)
+    inp = inputs.prepare(runs, host=host)
     assert inp.upper_bounds["peek"] is True and inp.upper_bounds["oracle_cb"] is True
     assert inp.method_order[-1] == "peek" and inp.method_order[:7] == BUILTIN[:7]
-    full, _scen, methods = audit.adaptation_tables(inp, B=100, seed=0)
+    full, _scen, methods = tables.adaptation_tables(inp, B=100, seed=0)
     assert list(dict.fromkeys(full["method"])) == ["tgtstd", "cbr", "peek"]  # registry order
     bound = methods.set_index("method")["upper_bound"]
     assert bound.to_dict() == {"cbr": False, "peek": True, "tgtstd": False}
     # a host that does not register it knows nothing of its trait: an ordinary method, after the built-ins
-    inp = audit.prepare(runs, host=get_host())
-    full, _scen, methods = audit.adaptation_tables(inp, B=100, seed=0)
+    inp = inputs.prepare(runs, host=get_host())
+    full, _scen, methods = tables.adaptation_tables(inp, B=100, seed=0)
     assert list(dict.fromkeys(full["method"])) == ["tgtstd", "cbr", "peek"]
     assert not methods.set_index("method").loc["peek", "upper_bound"]
     # without results directories the per-example tables' note is given by the caller, not twice
-    _tables, headline = audit.build(inp, B=100)
+    _tables, headline = tables.build(inp, B=100)
     assert not any("per-example predictions" in n for n in headline["notes"])

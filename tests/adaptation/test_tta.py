@@ -8,7 +8,7 @@ from scipy.optimize import approx_fprime
 from sklearn.preprocessing import StandardScaler
 
 from prism_plugin.adaptation import tta
-from prism_plugin.adaptation.heads import StandardisedLogistic
+from prism_plugin.heads.standardised import StandardisedLogistic
 from prism_plugin.metrics.core import softmax
 
 
@@ -142,7 +142,7 @@ def test_shot_im_lowers_the_im_loss_and_needs_a_linear_head():
 
 
 def test_plain_prism_logistic_head_is_adapted_in_raw_space():
-    from prism_plugin.protocol.probe import LogisticProbe
+    from prism_plugin.heads.logistic import LogisticProbe
 
     rng = np.random.default_rng(4)
     Xs = rng.normal(size=(300, 3)) * [1.0, 5.0, 0.2] + [0, 10, -3]

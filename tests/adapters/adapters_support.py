@@ -16,9 +16,9 @@ EIGHT = {"clip": "CLIP", "plip": "PLIP", "conch": "CONCH", "uni": "UNI", "vircho
 
 
 def adapter_class(name: str):
-    from prism_plugin.model_adapters import prism_model_class
+    from prism_plugin.model_adapters import builtin_classes
 
-    return prism_model_class(name)
+    return builtin_classes("prism_main")[name]
 
 
 def needs_backend(name: str) -> None:
@@ -53,7 +53,7 @@ def extract(adapter, tiles, tmp_path):
     import numpy as np
     import torch
 
-    from prism_plugin.data.sources import ImageSplit
+    from prism_plugin.data.base import ImageSplit
     from prism_plugin.embed.cache import EmbeddingCache
     from prism_plugin.embed.extract import extract_split
 

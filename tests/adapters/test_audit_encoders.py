@@ -18,7 +18,9 @@ import torch
 
 from prism_plugin.embed.adapter import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD
 from prism_plugin.errors import PrismError
-from prism_plugin.model_adapters import AUDIT_MODELS, audit_model_class
+from prism_plugin.model_adapters import builtin_classes
+
+AUDIT_MODELS = builtin_classes("audit")
 
 LUNIT = ((0.70322989, 0.53606487, 0.66096631), (0.21716536, 0.26081574, 0.20723464))
 HALF = ((0.5,) * 3, (0.5,) * 3)
@@ -67,7 +69,7 @@ def _needs(name: str) -> None:
 
 @functools.lru_cache(maxsize=None)
 def _meta(name: str):
-    adapter = audit_model_class(name)(pretrained=False)
+    adapter = AUDIT_MODELS[name](pretrained=False)
     with torch.device("meta"):
         model = adapter.create_model()
     return adapter, model
@@ -76,7 +78,7 @@ def _meta(name: str):
 def test_catalogue_matches_the_audit_families():
     assert set(AUDIT_MODELS) == set(CARDS)
     for name in AUDIT_MODELS:
-        cls = audit_model_class(name)
+        cls = AUDIT_MODELS[name]
         hub, width, patch, depth, dim, geometry, stats, card = CARDS[name]
         assert cls.name == name and cls.hub_id == hub and cls.gated is False
         assert cls.poolings[cls.default_pooling] == dim == cls.paper_dim
@@ -108,14 +110,14 @@ def test_full_size_architecture_on_meta(name):
         assert abs(n / CARD_PARAMS[name] - 1) < 0.02, (name, n)
     for other, same in SHARED_ARCH.items():  # the adapters sharing this network declare the same facts
         if same == name:
-            assert audit_model_class(other).arch_facts == adapter.arch_facts
-            assert audit_model_class(other).timm_arch == adapter.timm_arch
+            assert AUDIT_MODELS[other].arch_facts == adapter.arch_facts
+            assert AUDIT_MODELS[other].timm_arch == adapter.timm_arch
 
 
 @pytest.mark.parametrize("name", DISTINCT)
 def test_every_recipe_width_on_meta(name):
     _needs(name)
-    cls = audit_model_class(name)
+    cls = AUDIT_MODELS[name]
     for pooling, dim in cls.poolings.items():
         adapter = cls(pretrained=False, pooling=pooling)
         with torch.device("meta"):
@@ -234,23 +236,22 @@ def test_resnet_checkpoint_with_the_imagenet_classifier(tmp_path):
 
 # --------------------------------------------------------------------------- pretraining data
 def test_pretraining_data_declared_and_overridable_outside_the_fingerprint():
-    from prism_plugin.model_adapters import PRISM_MODELS, prism_model_class
     from prism_plugin.model_adapters.dinobloom import DinoBloomB
     from prism_plugin.model_adapters.timm_generic import TimmAdapter
 
     declared = DinoBloomB.pretraining_data
     assert {"matek", "raabin", "mll23", "labanonymous"} <= {n.lower() for n in declared}
     assert "acevedo" not in {n.lower() for n in declared}  # the audit's only DinoBloom-held-out dataset
-    assert audit_model_class("dinov2_s").pretraining_data == ("LVD-142M",)
-    assert audit_model_class("biomedclip").pretraining_data == ("PMC-15M",)
-    assert audit_model_class("clip_l").pretraining_data == ("WIT-400M",)
-    assert audit_model_class("resnet50").pretraining_data == ("ImageNet-1k",)
-    assert audit_model_class("reddino_s").pretraining_data is None  # not enumerable offline: unknown
+    assert AUDIT_MODELS["dinov2_s"].pretraining_data == ("LVD-142M",)
+    assert AUDIT_MODELS["biomedclip"].pretraining_data == ("PMC-15M",)
+    assert AUDIT_MODELS["clip_l"].pretraining_data == ("WIT-400M",)
+    assert AUDIT_MODELS["resnet50"].pretraining_data == ("ImageNet-1k",)
+    assert AUDIT_MODELS["reddino_s"].pretraining_data is None  # not enumerable offline: unknown
     for name in CARDS:
-        value = audit_model_class(name).pretraining_data
+        value = AUDIT_MODELS[name].pretraining_data
         assert value is None or (isinstance(value, tuple) and all(isinstance(v, str) and v for v in value))
-    for name in PRISM_MODELS:
-        assert prism_model_class(name).pretraining_data, name
+    for name, cls in builtin_classes("prism_main").items():
+        assert cls.pretraining_data, name
     base = DinoBloomB(pretrained=False)
     over = DinoBloomB(pretrained=False, pretraining_data="Matek+Acevedo")
     assert over.pretraining_data == ("Matek", "Acevedo") and base.pretraining_data == declared
@@ -278,7 +279,7 @@ def test_offline_build_fails_fast_naming_hub_id_and_checkpoint(name, monkeypatch
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     hub.reset_state()
     try:
-        adapter = audit_model_class(name)()
+        adapter = AUDIT_MODELS[name]()
         t0 = time.perf_counter()
         with pytest.raises(hub.HubWeightsError) as err:
             adapter.build(torch.device("cpu"))
@@ -298,7 +299,7 @@ def test_ls_adapters_lists_the_catalogue_with_dim_input_and_pretraining(capsys):
     assert main(["ls", "adapters"]) == 0
     lines, rows = _table(capsys.readouterr().out)
     for name in CARDS:
-        cls = audit_model_class(name)
+        cls = AUDIT_MODELS[name]
         line = rows[name]
         assert _cell(lines, line, "dim") == str(CARDS[name][4])
         assert _cell(lines, line, "input") == "224"

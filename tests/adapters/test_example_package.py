@@ -36,7 +36,7 @@ def test_example_is_listed_by_name(installed_example, monkeypatch):
     monkeypatch.syspath_prepend(installed_example["_TARGET"])
     importlib.invalidate_caches()
     host = PluginHost()  # a fresh host reads the entry points installed a moment ago
-    entry = host.adapters()["example_colour_stats"]
+    entry = host.adapter_factory("example_colour_stats")
     assert "prism-adapter-example 0.1.0" in entry.origin
     assert "run_metrics" in host.infos["example_metrics"].hooks
 

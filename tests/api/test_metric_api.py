@@ -12,7 +12,7 @@ from scipy.special import expit
 import prism_plugin
 from prism_plugin import metrics as M
 from prism_plugin.errors import PrismError
-from prism_plugin.protocol.probe import LogisticProbe
+from prism_plugin.heads.logistic import LogisticProbe
 from prism_plugin.protocol.sampling import stratified_subset
 
 

@@ -11,7 +11,7 @@ import types
 import pytest
 
 from prism_plugin.cli import main
-from prism_plugin.fsfaults import FileSystemError
+from prism_plugin.storage import FileSystemError
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.plugins import PluginFailure, PluginHost
 from tests.conftest import write_precomputed

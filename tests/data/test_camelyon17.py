@@ -134,7 +134,7 @@ def test_load_time_l2_normalisation_and_resplit_of_features(tmp_path):
         expect = X[resplit[p]] / (np.sqrt((X[resplit[p]] ** 2).sum(axis=1)) + 1e-12)[:, None]
         assert np.allclose(Xp, expect, rtol=0, atol=1e-12) and yp.tolist() == y[resplit[p]].tolist()
     # the materialised arrays are what --model precomputed reads
-    from prism_plugin.data.sources import read_embedding_split, write_embedding_split
+    from prism_plugin.data.precomputed import read_embedding_split, write_embedding_split
 
     for p in c17.PARTS:
         write_embedding_split(tmp_path / "stored", p, *stored[p])

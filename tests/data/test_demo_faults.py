@@ -12,7 +12,7 @@ import pytest
 from prism_plugin.data import demo
 from prism_plugin.data.datacache import data_cache_root, using_cache_dir
 from prism_plugin.errors import PrismError
-from prism_plugin import fsfaults
+from prism_plugin import storage
 
 SMALL = {"train": 2, "val": 1, "test": 1}
 
@@ -67,7 +67,7 @@ def test_orphans_of_a_killed_generation_are_swept(tmp_path):
 
 
 def test_full_disk_is_named_with_the_fix(tmp_path, monkeypatch):
-    monkeypatch.setattr(fsfaults, "free_bytes", lambda folder: 10_000)
+    monkeypatch.setattr(storage, "free_bytes", lambda folder: 10_000)
     with using_cache_dir(tmp_path), pytest.raises(PrismError) as info:
         demo.ensure_demo_dataset("binary", SMALL, size=16)
     msg = str(info.value)

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from prism_plugin.data import hematology as hema
-from prism_plugin.data.sources import open_source
+from prism_plugin.data.catalogue import open_source
 from prism_plugin.errors import PrismError
 from prism_plugin.tasks.builtin import builtin_task_dir
 from prism_plugin.tasks.index import TaskIndex

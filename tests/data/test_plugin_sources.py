@@ -1,6 +1,5 @@
 """Source types come from the plugin host's registry: a plugin adds one with no core edit; unknown types
-fail with the closest names; the split of ``data/sources.py`` keeps its public names; core modules leave the
-source modules unimported; one file hasher."""
+fail with the closest names; core modules leave the source modules unimported; one file hasher."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from prism_plugin.data import sources
-from prism_plugin.data.base import Pool, Source, resolve_root
+from prism_plugin.data.base import ImageSplit, Pool, Source, resolve_root
 from prism_plugin.data.catalogue import accepted_options, check_source_spec, open_source, source_class
 from prism_plugin.errors import PrismError
 from prism_plugin.hookspecs import hookimpl
@@ -93,7 +91,7 @@ def test_a_plugin_source_type_validates_and_yields_image_splits(tmp_path):
     assert host.sources.entry("tile_list").origin == "passed in code"
     task = TaskIndex([tasks], host).load_task("tiles")
     split = open_source(task, host=host).split("train")
-    assert isinstance(split, sources.ImageSplit)
+    assert isinstance(split, ImageSplit)
     assert split.labels.tolist() == [0, 1, 0, 1, 0, 1]
     assert [p.name for p in split.paths] == [f"train_{k}.png" for k in range(6)]
     assert np.asarray(Image.open(split.paths[0])).shape == (8, 8, 3)
@@ -130,7 +128,7 @@ def test_unknown_source_type_lists_the_closest_and_the_available_types(tmp_path)
     msg = str(err.value)
     assert "tiles.yaml:4: source.type: 'imagefoldr' is not known; did you mean 'imagefolder'?" in msg
     known = msg.split("(known: ", 1)[1].rstrip(")").split(", ")
-    assert known[-1] == "precomputed"
+    assert known == sorted(known)
     assert set(known) == {"imagefolder", "demo", "records", "h5", "npz", "hf", "camelyon17", "hema_demo", "tile_list",
                           "precomputed"}
     with pytest.raises(PrismError, match=r"source\.type 'nope' is not known .*known: .*tile_list"):
@@ -151,49 +149,25 @@ def test_builtin_types_are_registered_lazily_at_their_modules():
 
     reg = PluginHost(third_party=False).sources
     assert reg.names() == list(BUILTIN_SOURCES)
-    for name, (ref, _description) in BUILTIN_SOURCES.items():
+    for name, (ref, _description, _kind) in BUILTIN_SOURCES.items():
         entry = reg.entry(name)
         assert entry.lazy and entry.ref == ref, name  # nothing imported before first use
     where = {name: reg.get(name).__module__ for name in reg.names()}
     assert where == {"imagefolder": "prism_plugin.data.folder", "demo": "prism_plugin.data.folder",
                      "records": "prism_plugin.data.records", "h5": "prism_plugin.data.arrays",
                      "npz": "prism_plugin.data.arrays", "hf": "prism_plugin.data.hf",
-                     "camelyon17": "prism_plugin.data.camelyon17", "hema_demo": "prism_plugin.data.hema_demo"}
+                     "camelyon17": "prism_plugin.data.camelyon17", "hema_demo": "prism_plugin.data.hema_demo",
+                     "precomputed": "prism_plugin.data.precomputed"}
     assert all(issubclass(reg.get(name), Source) and not reg.entry(name).lazy for name in reg.names())
 
 
-#: ``__all__`` of ``data/sources.py`` before the split (b1aa8f4), less ``SOURCE_TYPES`` (a registry
-#: now) and the private ``_limit_indices`` (public as ``limit_indices``), plus ``file_digest``.
-OLD_PUBLIC_NAMES = frozenset({
-    "ImageSplit", "ImageRef", "ArrayImageRef", "Pool", "Source", "ImageFolderSource", "DemoSource",
-    "RecordsSource", "H5Source", "NpzSource", "open_source", "source_class",
-    "check_source_spec", "check_split_spec", "run_split_procedure", "random_split_lengths", "map_labels",
-    "split_fingerprint", "files_fingerprint", "read_embedding_split", "write_embedding_split", "limit_indices",
-    "file_digest",
-})
-
-
-def test_facade_exports_the_old_public_names():
-    from prism_plugin import hashing
-
-    assert len(sources.__all__) == len(set(sources.__all__))
-    assert set(sources.__all__) == OLD_PUBLIC_NAMES
-    missing = [name for name in OLD_PUBLIC_NAMES if getattr(sources, name, None) is None]
-    assert missing == []
-    # the names the old module also defined at top level stay importable from it
-    for name in ("IMAGE_SUFFIXES", "DATA_ROOT_ENV", "COMMON_OPTIONS", "FEATURES_ONLY", "SPLIT_KEYS",
-                 "SPLIT_PROCEDURES", "check_options", "data_hint", "read_records"):
-        assert hasattr(sources, name), name
-    assert sources.file_digest is hashing.file_digest
-
-
 def test_core_modules_do_not_import_the_builtin_source_modules():
-    """``embed.load`` (and the schema it imports) use the catalogue, not the facade that imports every source."""
+    """``embed.load`` (and the schema it imports) use the catalogue: the source modules load on first use."""
     code = ("import sys, prism_plugin.embed.load, prism_plugin.tasks.schema, prism_plugin.embed.extract\n"
             "print(' '.join(sorted(m for m in sys.modules if m.startswith('prism_plugin.data.'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert "prism_plugin.data.catalogue" in out
-    heavy = {"prism_plugin.data.sources", "prism_plugin.data.folder", "prism_plugin.data.records",
+    heavy = {"prism_plugin.data.folder", "prism_plugin.data.records",
              "prism_plugin.data.arrays", "prism_plugin.data.hf", "prism_plugin.data.camelyon17"}
     assert heavy.isdisjoint(out), sorted(heavy & set(out))
 
@@ -223,7 +197,7 @@ def test_every_file_digest_is_the_blake2b_it_always_was(tmp_path):
     from prism_plugin.data.precomputed import read_embedding_split
     from prism_plugin.embed.adapter import file_content_digest
     from prism_plugin.embed.cache import file_checksum
-    from prism_plugin.hashing import file_digest
+    from prism_plugin.storage import file_digest
 
     blob = tmp_path / "weights.bin"
     payload = np.random.default_rng(1).bytes(3 * (1 << 20) + 17)  # several chunks of any size
@@ -245,17 +219,17 @@ def test_every_file_digest_is_the_blake2b_it_always_was(tmp_path):
 
 
 def test_the_weight_digest_is_memoised_per_path_size_and_mtime(tmp_path, monkeypatch):
-    from prism_plugin import hashing
+    from prism_plugin import storage
     from prism_plugin.embed.adapter import file_content_digest
 
     calls = []
-    real = hashing.file_digest
+    real = storage.file_digest
 
     def counting(path, *args, **kwargs):
         calls.append(Path(path).name)
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(hashing, "file_digest", counting)
+    monkeypatch.setattr(storage, "file_digest", counting)
     blob = tmp_path / "model.safetensors"
     blob.write_bytes(b"a" * 4096)
     first = file_content_digest(blob)
@@ -270,20 +244,20 @@ def test_the_weight_digest_is_memoised_per_path_size_and_mtime(tmp_path, monkeyp
 
 
 def test_split_fingerprints_and_reference_checks_read_through_the_one_hasher(tmp_path, monkeypatch):
-    from prism_plugin import hashing
+    from prism_plugin import storage
     from prism_plugin.commands.reference import verify_files
     from prism_plugin.data import fingerprints
     from prism_plugin.data.fingerprints import split_fingerprint
     from prism_plugin.reference_data import PUBLISHED_FILES
 
     reads = []
-    real = hashing.update_from_file
+    real = storage.update_from_file
 
     def counting(h, path, *args, **kwargs):
         reads.append(Path(path).name)
         return real(h, path, *args, **kwargs)
 
-    monkeypatch.setattr(hashing, "update_from_file", counting)
+    monkeypatch.setattr(storage, "update_from_file", counting)
     monkeypatch.setattr(fingerprints, "update_from_file", counting)
     payload = np.random.default_rng(2).bytes((1 << 20) + 5)  # more than one chunk
     (tmp_path / "a.png").write_bytes(payload)

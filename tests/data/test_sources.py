@@ -16,10 +16,11 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from prism_plugin.data.sources import (
-    ImageFolderSource, NpzSource, H5Source, RecordsSource, read_embedding_split, run_split_procedure,
-    random_split_lengths, write_embedding_split,
-)
+from prism_plugin.data.arrays import H5Source, NpzSource
+from prism_plugin.data.folder import ImageFolderSource
+from prism_plugin.data.precomputed import read_embedding_split, write_embedding_split
+from prism_plugin.data.records import RecordsSource
+from prism_plugin.data.splits import random_split_lengths, run_split_procedure
 from prism_plugin.errors import PrismError
 from prism_plugin.tasks.schema import SplitConfig
 

@@ -12,7 +12,7 @@ import signal
 import numpy as np
 import pytest
 
-from prism_plugin import fsfaults
+from prism_plugin import storage
 from prism_plugin.embed import cache as cache_mod
 from prism_plugin.embed.cache import CacheEntry
 from prism_plugin.errors import PrismError
@@ -51,8 +51,8 @@ def test_merged_features_are_the_bytes_np_save_writes(tmp_path):
 
 def test_too_little_free_space_is_refused_before_writing(tmp_path, monkeypatch):
     entry, X, _ = _entry_with_shards(tmp_path)
-    monkeypatch.setattr(fsfaults, "free_bytes", lambda folder: 4096)
-    with pytest.raises(fsfaults.FileSystemError) as info:
+    monkeypatch.setattr(storage, "free_bytes", lambda folder: 4096)
+    with pytest.raises(storage.FileSystemError) as info:
         entry.finalize(2, DIM, {})
     msg = str(info.value)
     assert str(entry.dir) in msg and "needs 128.9 KiB" in msg and "4.0 KiB free" in msg
@@ -141,18 +141,18 @@ def test_os_errors_become_one_line_with_a_path_and_a_fix():
         errno.EISDIR: "a folder is in the way", errno.EFBIG: "file too large",
     }
     for code, words in cases.items():
-        line = fsfaults.describe(OSError(code, os.strerror(code), "/out/x/runs.csv"))
+        line = storage.describe(OSError(code, os.strerror(code), "/out/x/runs.csv"))
         assert line.startswith("cannot write /out/x/runs.csv: ") and words in line, line
         assert "; " in line and "\n" not in line
     # no file name from the OS: the write site names it
-    with pytest.raises(OSError) as info, fsfaults.naming("/out/runs.csv"):
+    with pytest.raises(OSError) as info, storage.naming("/out/runs.csv"):
         raise OSError(errno.ENOSPC, "No space left on device")
     assert info.value.filename == "/out/runs.csv"
-    with pytest.raises(OSError) as info, fsfaults.naming("/out/runs.csv"):  # a temporary sibling: the target
+    with pytest.raises(OSError) as info, storage.naming("/out/runs.csv"):  # a temporary sibling: the target
         raise OSError(errno.ENOSPC, "No space left on device", "/out/.runs.csv.x1y2.tmp")
     assert info.value.filename == "/out/runs.csv"
-    assert not fsfaults.is_file_system_fault(ConnectionRefusedError(errno.ECONNREFUSED, "refused"))
-    assert not fsfaults.is_file_system_fault(OSError("no errno, no file"))
+    assert not storage.is_file_system_fault(ConnectionRefusedError(errno.ECONNREFUSED, "refused"))
+    assert not storage.is_file_system_fault(OSError("no errno, no file"))
 
 
 def test_shards_left_by_a_writer_killed_after_the_manifest_are_removed_on_load(tmp_path):

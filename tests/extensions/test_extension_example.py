@@ -218,6 +218,51 @@ def test_third_party_head_is_fitted_and_adapted(results):
     assert runs["f1_macro_shot_im"].notna().all() and runs["f1_macro_median_shift"].notna().all()
 
 
+#: loads tasks in the example's environment and prints each resolved probe (or the one-line error)
+PROBE_SCRIPT = """
+import json, sys
+from prism_plugin.errors import PrismError
+from prism_plugin.plugins import get_host
+from prism_plugin.tasks.index import default_index
+for target, overrides in json.loads(sys.argv[1]):
+    try:
+        print(json.dumps(default_index(get_host()).load_task(target, overrides).probe))
+    except PrismError as exc:
+        print(json.dumps(str(exc)))
+"""
+
+
+def test_head_settings_are_declared_and_switching_the_head_drops_them(example_env, tmp_path):
+    alpha = task_text(example_env).replace(f"task: {TASK}", "task: example_alpha").replace(
+        "probe: {kind: logistic, C: 1.0, max_iter: 1000}", "probe: {kind: example_centroid, alpha: 0.5}")
+    (tmp_path / "alpha.yaml").write_text(alpha)
+    (tmp_path / "override.yaml").write_text("task: example_override\ninclude: alpha.yaml\nprobe: {kind: logistic}\n")
+    (tmp_path / "explicit.yaml").write_text("task: example_explicit\ninclude: alpha.yaml\n"
+                                            "probe: {kind: logistic, alpha: 0.5}\n")
+    (tmp_path / "bad.yaml").write_text("task: example_bad\ninclude: alpha.yaml\nprobe: {alpha: 2}\n")
+    a, o, e, b = (str(tmp_path / f"{n}.yaml") for n in ("alpha", "override", "explicit", "bad"))
+    cases = [(a, []), (a, ["probe.kind=logistic"]), (a, ["probe.kind=logistic", "probes=null"]), (o, []), (e, []),
+             (b, []), (a, ["probe.kind=example_centroid", "probe.alpa=1"])]
+    proc = ok(subprocess.run([sys.executable, "-c", PROBE_SCRIPT, json.dumps(cases)], capture_output=True, text=True,
+                             env={**os.environ, **example_env}, timeout=300))
+    own, set_kind, flag, include, explicit, bad, typo = map(json.loads, proc.stdout.splitlines())
+    assert own == {"kind": "example_centroid", "temperature": 0.05, "alpha": 0.5}  # the default filled in
+    logistic = {"kind": "logistic", "C": 1.0, "max_iter": 1000, "backend": "sklearn"}
+    assert set_kind == flag == include == logistic  # --set probe.kind, --probe, include + override
+    assert f"{e}:3: probe.alpha: unknown key 'probe.alpha' for probe head 'logistic'" in explicit
+    assert "(settings of logistic: C, max_iter, tol, backend)" in explicit
+    assert "probe.alpha: must be in [0, 1], got 2.0 (probe head example_centroid)" in bad
+    assert "--set probe.alpa: probe.alpa: unknown key 'probe.alpa' for probe head 'example_centroid'; did you mean " \
+           "'alpha'? (settings of example_centroid: temperature, alpha)" in typo
+    # and a real run with --probe logistic on the task written for the plugin head
+    ok(prism_run(example_env, "--task", a, "--model", "demo_vit", "--probe", "logistic", "--no-report", "--quiet",
+                 "--num-workers", "0", "--output", str(tmp_path / "out")))
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert len(runs) == 4 and runs["auroc"].notna().all()
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["resolved_task"]["probe"] == logistic
+
+
 def test_bad_task_key_value_is_one_line_with_file_and_line(example_env, tmp_path):
     text = task_text(example_env).replace("example_threshold: 0.6", "example_threshold: 1.5")
     path = tmp_path / "bad.yaml"
@@ -260,7 +305,7 @@ def test_metric_functions_by_hand():
 
 def test_median_shift_recentres_on_the_median():
     from prism_plugin.adaptation.tta import AdaptationInputs, source_moments
-    from prism_plugin.protocol.probe import LogisticProbe
+    from prism_plugin.heads.logistic import LogisticProbe
 
     tta = load_module("tta")
     rng = np.random.default_rng(0)
@@ -275,6 +320,11 @@ def test_median_shift_recentres_on_the_median():
     np.testing.assert_allclose(a.proba, expected, rtol=1e-6)
     assert a.method == "median_shift" and a.pred.shape == (60,)
     assert (a.pred[1:] == ys[1:]).mean() > 0.9  # the shift is undone
+    # the task key example_median_quantile reaches the method through its meta argument
+    q = tta.median_shift(Xt, AdaptationInputs(head=head, source=src, n_classes=2),
+                         meta={"example_median_quantile": 0.9})
+    expected = head.evaluate((src.mean + Xt - np.quantile(Xt, 0.9, axis=0)).astype(np.float32)).proba
+    np.testing.assert_allclose(q.proba, expected, rtol=1e-6)
 
 
 def test_source_fingerprint_depends_on_content():

@@ -20,7 +20,7 @@ from prism_plugin.metrics import (
     neutral_temperature,
     nll,
 )
-from prism_plugin.protocol.probe import LogisticProbe
+from prism_plugin.heads.logistic import LogisticProbe
 
 
 def binary_proba(p1):

@@ -24,12 +24,13 @@ import pytest
 from prism_plugin import cli
 from prism_plugin.errors import PrismError
 from prism_plugin.metrics import bootstrap as bs
+from prism_plugin.metrics import resampling as rs
 from prism_plugin.metrics import core
 from tests.conftest import write_precomputed
 
 
 def naive(y, p, ps, idx, bins=15):
-    out = {m: [] for m in bs.BOOT_METRICS}
+    out = {m: [] for m in rs.BOOT_METRICS}
     for r in idx:
         yy, pp = y[r], p[r]
         out["auroc"].append(core.auroc(yy, pp))
@@ -61,7 +62,7 @@ def _data(n, k, seed, ties=False, two=False):
 
 
 def _assert_same(got, ref):
-    for m in bs.BOOT_METRICS:
+    for m in rs.BOOT_METRICS:
         assert np.array_equal(np.isnan(got[m]), np.isnan(ref[m])), m
         assert np.allclose(got[m], ref[m], rtol=0, atol=1e-12, equal_nan=True), (m, got[m], ref[m])
 
@@ -71,13 +72,13 @@ def _assert_same(got, ref):
 def test_replicates_equal_the_core_metrics_on_the_resampled_rows(k, ties, two, bins):
     y, p, logits = _data(40, k, seed=k + 3 * ties, ties=ties, two=two)
     ps = core.probabilities_from_logits(logits, 1.7)
-    idx = bs.bootstrap_indices(y, 6, seed=11)
-    got = bs.replicate_metrics(y, p, ps, idx, bins)
+    idx = rs.bootstrap_indices(y, 6, seed=11)
+    got = rs.replicate_metrics(y, p, ps, idx, bins)
     _assert_same(got, naive(y, p, ps, idx, bins))
     assert np.isnan(got["brier"]).all() == (k > 2)
-    point = bs.point_metrics(y, p, ps, bins)
+    point = rs.point_metrics(y, p, ps, bins)
     full = naive(y, p, ps, np.arange(y.size)[None], bins)
-    assert all(np.allclose(point[m], full[m][0], atol=1e-12, equal_nan=True) for m in bs.BOOT_METRICS)
+    assert all(np.allclose(point[m], full[m][0], atol=1e-12, equal_nan=True) for m in rs.BOOT_METRICS)
 
 
 def test_saturated_constant_and_missing_cases_match_core():
@@ -86,21 +87,21 @@ def test_saturated_constant_and_missing_cases_match_core():
     d = rng.normal(size=30) * 40  # p(y=1) of exactly 0.0 / 1.0: outside every fixed bin, in N
     p = core.binary_proba_from_decision(d)
     ps = core.probabilities_from_logits(core.binary_logits(d), 0.3)
-    idx = bs.bootstrap_indices(y, 5, 0)
-    _assert_same(bs.replicate_metrics(y, p, ps, idx), naive(y, p, ps, idx))
+    idx = rs.bootstrap_indices(y, 5, 0)
+    _assert_same(rs.replicate_metrics(y, p, ps, idx), naive(y, p, ps, idx))
     const = np.tile([0.3, 0.7], (30, 1))  # one distinct confidence: adaptive falls back to fixed edges
-    _assert_same(bs.replicate_metrics(y, const, None, idx), naive(y, const, None, idx))
+    _assert_same(rs.replicate_metrics(y, const, None, idx), naive(y, const, None, idx))
     y3 = rng.integers(0, 2, 30)  # K = 3 with class 2 absent: AUROC NaN everywhere, as core says
     p3 = core.softmax(rng.normal(size=(30, 3)))
-    idx3 = bs.bootstrap_indices(y3, 4, 0)
-    got = bs.replicate_metrics(y3, p3, None, idx3)
+    idx3 = rs.bootstrap_indices(y3, 4, 0)
+    got = rs.replicate_metrics(y3, p3, None, idx3)
     _assert_same(got, naive(y3, p3, None, idx3))
     assert np.isnan(got["auroc"]).all() and np.isfinite(got["f1_macro"]).all()
 
 
 def test_resamples_are_stratified_paired_and_chunk_independent():
     y = np.array([0] * 7 + [1] * 2 + [2] * 11)[np.random.default_rng(1).permutation(20)]
-    idx = bs.bootstrap_indices(y, 50, seed=3)
+    idx = rs.bootstrap_indices(y, 50, seed=3)
     assert idx.shape == (50, 20)
     for row in idx:
         assert np.array_equal(np.bincount(y[row], minlength=3), np.bincount(y))
@@ -108,22 +109,22 @@ def test_resamples_are_stratified_paired_and_chunk_independent():
     assert (y[idx[:, :7]] == 0).all() and (y[idx[:, 7:9]] == 1).all() and (y[idx[:, 9:]] == 2).all()
     # the 2-sample class is really resampled (both of its rows, and repeats)
     assert set(np.unique(idx[:, 7:9])) == set(np.flatnonzero(y == 1))
-    assert np.array_equal(idx, bs.bootstrap_indices(y.copy(), 50, seed=3))
-    assert not np.array_equal(idx, bs.bootstrap_indices(y, 50, seed=4))
-    assert not np.array_equal(idx, bs.bootstrap_indices(np.roll(y, 1), 50, seed=3))
-    assert np.array_equal(idx, np.concatenate(list(bs.iter_bootstrap_indices(y, 50, 3, chunk=7))))
+    assert np.array_equal(idx, rs.bootstrap_indices(y.copy(), 50, seed=3))
+    assert not np.array_equal(idx, rs.bootstrap_indices(y, 50, seed=4))
+    assert not np.array_equal(idx, rs.bootstrap_indices(np.roll(y, 1), 50, seed=3))
+    assert np.array_equal(idx, np.concatenate(list(rs.iter_bootstrap_indices(y, 50, 3, chunk=7))))
 
 
 def test_fast_path_draws_the_same_resamples_in_any_chunking(monkeypatch):
     y, p, logits = _data(30, 3, seed=2, ties=True)
     ps = core.probabilities_from_logits(logits, 2.5)
-    rep, point = bs.run_bootstrap(y, p, ps, 15, 23, seed=7)
-    ref = bs.replicate_metrics(y, p, ps, bs.bootstrap_indices(y, 23, 7), 15)
-    assert np.allclose(rep, np.column_stack([ref[m] for m in bs.BOOT_METRICS]), atol=1e-12, equal_nan=True)
-    pt = bs.point_metrics(y, p, ps, 15)
-    assert np.allclose(point, [pt[m] for m in bs.BOOT_METRICS], atol=1e-15, equal_nan=True)
-    monkeypatch.setattr(bs, "CHUNK_ELEMENTS", 65)  # 2 replicates per chunk
-    rep2, point2 = bs.run_bootstrap(y, p, ps, 15, 23, seed=7)
+    rep, point = rs.run_bootstrap(y, p, ps, 15, 23, seed=7)
+    ref = rs.replicate_metrics(y, p, ps, rs.bootstrap_indices(y, 23, 7), 15)
+    assert np.allclose(rep, np.column_stack([ref[m] for m in rs.BOOT_METRICS]), atol=1e-12, equal_nan=True)
+    pt = rs.point_metrics(y, p, ps, 15)
+    assert np.allclose(point, [pt[m] for m in rs.BOOT_METRICS], atol=1e-15, equal_nan=True)
+    monkeypatch.setattr(rs, "CHUNK_ELEMENTS", 65)  # 2 replicates per chunk
+    rep2, point2 = rs.run_bootstrap(y, p, ps, 15, 23, seed=7)
     # the same resamples (BLAS may round the last bit differently for another number of rows)
     assert np.allclose(rep, rep2, rtol=0, atol=1e-13, equal_nan=True)
     assert np.allclose(point, point2, rtol=0, atol=1e-13, equal_nan=True)
@@ -132,27 +133,27 @@ def test_fast_path_draws_the_same_resamples_in_any_chunking(monkeypatch):
 def test_percentile_ci_matches_numpy_and_propagates_nan():
     v = np.random.default_rng(0).normal(size=(200, 3))
     v[5, 2] = np.nan
-    lo, hi = bs.percentile_ci(v, 0.9)
+    lo, hi = rs.percentile_ci(v, 0.9)
     assert np.allclose(lo[:2], np.percentile(v[:, :2], 5, axis=0)) and np.allclose(hi[:2], np.percentile(v[:, :2], 95,
                                                                                                          axis=0))
     assert math.isnan(lo[2]) and math.isnan(hi[2])
-    assert bs.percentile_ci(v[:, 0], 0.5) == tuple(float(x) for x in np.percentile(v[:, 0], [25, 75]))
+    assert rs.percentile_ci(v[:, 0], 0.5) == tuple(float(x) for x in np.percentile(v[:, 0], [25, 75]))
 
 
 def test_artifact_round_trip_and_bad_files(tmp_path):
-    rep = np.arange(20 * len(bs.BOOT_METRICS), dtype=float).reshape(20, -1)
+    rep = np.arange(20 * len(rs.BOOT_METRICS), dtype=float).reshape(20, -1)
     y = np.array([0, 1, 1, 0, 1])
-    path = bs.write_replicates(bs.artifact_path(tmp_path, "t", "f1-s0"), rep, rep[0], 20, 3, 0.9, bs.test_digest(y))
+    path = bs.write_replicates(bs.artifact_path(tmp_path, "t", "f1-s0"), rep, rep[0], 20, 3, 0.9, rs.test_digest(y))
     assert path == tmp_path / "bootstrap" / "t--f1-s0.npz"
     r = bs.load_replicates(path)
-    assert r.metrics == bs.BOOT_METRICS and np.array_equal(r.replicates, rep) and (r.n, r.seed, r.level) == (20, 3, 0.9)
+    assert r.metrics == rs.BOOT_METRICS and np.array_equal(r.replicates, rep) and (r.n, r.seed, r.level) == (20, 3, 0.9)
     assert np.array_equal(r.column("auroc"), rep[:, 0]) and r.pairs_with(r)
-    assert r.test_digest == bs.test_digest(y.astype(np.int32)) != bs.test_digest(y[::-1])
+    assert r.test_digest == rs.test_digest(y.astype(np.int32)) != rs.test_digest(y[::-1])
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"not a zip")
     with pytest.raises(PrismError, match="bad.npz: not a readable bootstrap artifact"):
         bs.load_replicates(bad)
-    np.savez(bad, format=np.array(bs.FORMAT), metrics=np.array(bs.BOOT_METRICS), replicates=rep[:3], point=rep[0],
+    np.savez(bad, format=np.array(bs.FORMAT), metrics=np.array(rs.BOOT_METRICS), replicates=rep[:3], point=rep[0],
              n=np.int64(20), seed=np.int64(0), level=np.float64(0.95), test_digest=np.array("0" * 64))
     with pytest.raises(PrismError, match="do not match n = 20"):
         bs.load_replicates(bad)
@@ -214,11 +215,11 @@ def test_end_to_end_columns_artifacts_and_summary_ci(tmp_path, capsys):
     assert arts[0].pairs_with(arts[1]) and arts[0].n == 40 and arts[0].level == 0.9
     # same test rows and settings: the SAME resamples (paired), so the two vectors move together
     y_test = np.load(emb / "Bset" / "test_labels.npy")
-    assert arts[0].test_digest == bs.test_digest(y_test)
+    assert arts[0].test_digest == rs.test_digest(y_test)
     for art, (_, row) in zip(arts, runs.iterrows()):
-        for j, m in enumerate(bs.BOOT_METRICS):
+        for j, m in enumerate(rs.BOOT_METRICS):
             assert math.isclose(art.point[j], row[m], abs_tol=1e-12) or (math.isnan(art.point[j]) and math.isnan(row[m]))
-            lo, hi = bs.percentile_ci(art.replicates[:, j], 0.9)
+            lo, hi = rs.percentile_ci(art.replicates[:, j], 0.9)
             assert math.isclose(row[f"{m}_ci_low"], lo, abs_tol=1e-15) or math.isnan(lo), m
             assert math.isclose(row[f"{m}_ci_high"], hi, abs_tol=1e-15) or math.isnan(hi), m
         assert math.isnan(row["brier_ci_low"]) is False and row["auroc_ci_low"] <= row["auroc_ci_high"]
@@ -226,7 +227,7 @@ def test_end_to_end_columns_artifacts_and_summary_ci(tmp_path, capsys):
     assert summary["bootstrap"] == {"n": 40, "seed": 2, "level": 0.9, "method": bs.METHOD}
     (cell,) = summary["cells"]
     mean = (arts[0].replicates + arts[1].replicates) / 2
-    for j, m in enumerate(bs.BOOT_METRICS):
+    for j, m in enumerate(rs.BOOT_METRICS):
         lo, hi = np.percentile(mean[:, j], [5, 95])
         assert cell["ci"][m] == pytest.approx([lo, hi], abs=1e-15)
 
@@ -252,7 +253,7 @@ def test_transfer_run_keeps_the_source_temperature(tmp_path, capsys):
     assert rc == 0, err
     row = pd.read_csv(out / "runs.csv").iloc[0]
     art = bs.load_replicates(next((out / "artifacts" / "bootstrap").glob("bt_tr--*.npz")))
-    assert art.test_digest == bs.test_digest(np.load(emb / "Cset" / "test_labels.npy"))
+    assert art.test_digest == rs.test_digest(np.load(emb / "Cset" / "test_labels.npy"))
     for m in ("nll_scaled", "ece_scaled_fixed", "ece_scaled_adaptive"):  # scaled by temperature_src
         assert math.isclose(art.point[art.metrics.index(m)], row[m], abs_tol=1e-12), m
     assert np.isfinite(art.column("ece_scaled_fixed")).all()

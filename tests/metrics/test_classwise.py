@@ -21,6 +21,7 @@ from prism_plugin.contracts import CalibrationSet, RunContext
 from prism_plugin.metrics import calibration as calib_plugin
 from prism_plugin.metrics import classwise as cw
 from prism_plugin.metrics.core import ece, probabilities_from_logits
+from prism_plugin.protocol.grid import SCALING
 
 
 def naive_class_ece(y, proba, bins):
@@ -110,7 +111,7 @@ def _run(y, proba, logits, *, k, artifact_dir=None, cal=None, names=(), kind="in
     return RunContext(task="toy_task", adapter="toy", model="Toy", dataset="ToySet", fraction=1.0, seed=42,
                       n_classes=k, n_train=10, forced_classes=0, y_test=y, proba_test=proba, logits_test=logits,
                       calibration={"val": cal} if cal is not None else {}, ece_bins=15, class_names=tuple(names),
-                      meta={"kind": kind}, artifact_dir=artifact_dir)
+                      meta={"kind": kind}, artifact_dir=artifact_dir, scaling=SCALING)
 
 
 def _multiclass_run(tmp_path, k=4, n=160, kind="indomain", names=("a", "b", "c", "d")):

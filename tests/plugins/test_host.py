@@ -80,21 +80,22 @@ def test_every_catalogue_is_filled_by_its_hook():
     for name, member in expected.items():
         assert member in host.registry(name), name
     assert set(CATALOGUES) >= set(expected)
-    assert host.head_traits("logistic") == {"seed_invariant": True, "linear": True}
+    traits = host.head_traits("logistic")
+    assert traits["seed_invariant"] is True and traits["linear"] is True and "C" in traits["settings"]
     assert host.head_traits("knn1")["linear"] is False
 
 
-@pytest.mark.parametrize("core", ["builtin_heads", "builtin_metrics", "builtin_commands", "builtin_task_keys"])
+@pytest.mark.parametrize("core", ["builtin_heads", "builtin_commands", "builtin_task_keys"])
 def test_the_core_catalogues_cannot_be_disabled(core):
     with pytest.raises(PrismError, match=f"--disable {core}: this plugin holds a core catalogue"):
         PluginHost(disable=[core], third_party=False)
 
 
 def test_a_disabled_builtin_removes_its_entries():
-    host = PluginHost(disable=["mlp_head"], third_party=False)
-    assert "mlp" not in host.registry("heads")
-    with pytest.raises(UnknownNameError, match="available: .*logistic"):
-        host.head_factory("mlp")
+    host = PluginHost(disable=["builtin_adapters"], third_party=False)
+    assert "demo_vit" not in host.registry("adapters")
+    with pytest.raises(UnknownNameError, match="unknown adapter 'demo_vit'"):
+        host.registry("adapters").get("demo_vit")
 
 
 def test_a_plugin_fills_a_registry_like_a_builtin():
@@ -111,7 +112,7 @@ def test_a_plugin_fills_a_registry_like_a_builtin():
     assert host.head_factory("my_head")(seed=3).seed == 3
     with pytest.raises(PrismError, match="registered twice"):
         PluginHost(extra_plugins=[plugin("a", register_heads=register_heads),
-                                  plugin("b", register_heads=register_heads)], third_party=False).heads()
+                                  plugin("b", register_heads=register_heads)], third_party=False).registry("heads")
 
 
 # -- check_pending ---------------------------------------------------------------------------
@@ -266,7 +267,7 @@ def test_the_seed_invariant_trait_decides_fit_reuse_for_a_plugin_head(seed_invar
     """At 100 % labels the three seeds draw the same subset: a seed-invariant head is fitted once."""
     from prism_plugin.protocol.grid import GridSpec, run_grid
     from prism_plugin.protocol.inputs import SplitArrays
-    from prism_plugin.protocol.probe import LogisticProbe
+    from prism_plugin.heads.logistic import LogisticProbe
 
     count = {"fits": 0}
 

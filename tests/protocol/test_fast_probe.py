@@ -16,7 +16,7 @@ from prism_plugin.errors import PrismError
 from prism_plugin.plugins import get_host
 from prism_plugin.protocol.grid import GridSpec, grid_keys, run_grid
 from prism_plugin.protocol.inputs import SplitArrays
-from prism_plugin.protocol.probe import FAST_COLUMNS, FAST_MIN_ROWS, FAST_TOL, LogisticProbe, fast_mode_note
+from prism_plugin.heads.logistic import FAST_COLUMNS, FAST_MIN_ROWS, FAST_TOL, LogisticProbe, fast_mode_note
 from prism_plugin.protocol.sampling import stratified_subset
 
 from ._data import embeddings
@@ -163,5 +163,5 @@ def test_fast_runs_are_flagged_and_accepted_by_every_entry_point(grids, tmp_path
                     "splits: {train: train, val: val, test: test}\nprobe: {kind: logistic, backend: fast}\n")
     assert TaskIndex([tmp_path]).load(str(task), []).probe["backend"] == "fast"
     task.write_text(task.read_text().replace("backend: fast", "backend: quick"))
-    with pytest.raises(PrismError, match=r"t\.yaml:6: probe\.backend: must be 'sklearn'.*'fast'"):
+    with pytest.raises(PrismError, match=r"t\.yaml:6: probe\.backend: must be one of sklearn, torch, fast, got 'quick'"):
         TaskIndex([tmp_path]).load(str(task), [])

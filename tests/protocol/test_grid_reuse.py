@@ -9,7 +9,7 @@ import pytest
 from prism_plugin.plugins import get_host
 from prism_plugin.protocol.grid import GridSpec, grid_keys, run_grid
 from prism_plugin.protocol.inputs import SplitArrays, check_splits
-from prism_plugin.protocol.probe import LogisticProbe
+from prism_plugin.heads.logistic import LogisticProbe
 from prism_plugin.protocol.sampling import stratified_subset
 from prism_plugin.results import rows_to_frame
 

@@ -13,7 +13,7 @@ from sklearn.linear_model import LogisticRegression
 from prism_plugin.api import evaluate
 from prism_plugin.errors import PrismError
 from prism_plugin.metrics import auroc, ece
-from prism_plugin.protocol.probe import LogisticProbe
+from prism_plugin.heads.logistic import LogisticProbe
 from prism_plugin.protocol.torch_probe import _as_tensor, fit_logistic, resolve_device
 
 from ._data import embeddings

@@ -22,16 +22,9 @@ import numpy as np
 import pytest
 
 from prism_plugin import cli
-from prism_plugin.results import (
-    CELL_FORMAT,
-    ResultsDir,
-    atomic_write_text,
-    check_grid_kept,
-    report_problem,
-    read_summary,
-    summary_dirs,
-    summary_problem,
-)
+from prism_plugin.results import CELL_FORMAT, ResultsDir, read_summary, report_problem, summary_dirs, summary_problem
+from prism_plugin.storage import atomic_write_text
+from prism_plugin.kept_runs import check_grid_kept
 from tests.conftest import write_precomputed
 
 GRID = ["--set", "label_fractions=[0.5,1.0]", "--set", "seeds=[1,2]"]

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from prism_plugin.embed.cache import EmbeddingCache
-from prism_plugin.results import ResultsDir, atomic_write_text, explain_change
+from prism_plugin.results import ResultsDir, explain_change
+from prism_plugin.storage import atomic_write_text
 
 
 def test_atomic_write_leaves_old_file_when_interrupted(tmp_path, monkeypatch):

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -56,8 +58,9 @@ def test_precomputed_adapter_never_reads_outside_its_root(tmp_path):
     np.save(decoy / "train_labels.npy", np.array([0, 1, 0, 1]))
     adapter = make_adapter(PluginHost(), "precomputed", {"root": str(root)})
     for key in ("../../decoy", "/" + str(decoy).lstrip("/"), "Toy/../../../decoy"):
+        task = SimpleNamespace(name="t", file="t.yaml", embeddings_key=key)
         with pytest.raises(PrismError, match="dataset key"):
-            adapter.load_split(key, "train")
+            adapter.feature_source(task).features("train")
 
 
 @pytest.mark.parametrize("content", [b"\xd1\x80\xff\xfe" * 50, b""])

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from prism_plugin.adaptation import audit_figures as af
+from prism_plugin.studies.hematology import figures as af
 
 PNG = b"\x89PNG\r\n\x1a\n"
 MODELS = ["EncA", "EncB", "EncC"]
@@ -154,7 +154,7 @@ class _View:
 
 
 def test_audit_sections_draw_every_figure_and_say_why_when_a_table_is_missing():
-    from prism_plugin.adaptation.audit_plugin import audit_sections
+    from prism_plugin.studies.hematology.sections import audit_sections
 
     full = {name: table() for name, (_draw, table) in FIGURES.items()}
     full["rank_matrix"] = full.pop("rank_scatter")
@@ -228,7 +228,8 @@ def test_shift_key_validation_and_validate_hint(tmp_path, capsys):
 def test_shift_kinds_reach_runs_tables_and_the_verdict(tmp_path, capsys):
     from prism_plugin.cli import main
     from prism_plugin.report import derived
-    from prism_plugin.report.verdict import build_verdict, check_verdict
+    from prism_plugin.report.verdict import build_verdict
+    from prism_plugin.report.verdict_rows import check_verdict
     from prism_plugin.summaries import mechanism
     from prism_plugin.tables import tables_from_results
 

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from prism_plugin.contracts import ReportView
+from prism_plugin.plugins import get_host
+from prism_plugin.report.sections import read_view
 from prism_plugin.metrics.classwise import FEW_SAMPLES
 from prism_plugin.report.classwise import FEW_NOTE, classwise_section
 from tests.conftest import run_main, write_precomputed
@@ -56,7 +57,7 @@ def test_section_table_matches_the_artifacts_and_runs_csv(multiclass_results):
     out = multiclass_results
     runs = pd.read_csv(out / "runs.csv")
     assert runs["ece_classwise"].notna().all() and runs["ece_classwise_scaled"].notna().all()
-    sec = classwise_section(ReportView(out))
+    sec = classwise_section(read_view(out, get_host()))
     assert sec.title == "Class-wise calibration" and not sec.not_shown
     table = sec.tables["classwise_ece"]
     full = table[np.isclose(table["fraction"], 1.0)]
@@ -102,7 +103,7 @@ def test_a_stale_artifact_is_ignored_and_said(multiclass_results, tmp_path):
     data = json.loads(art.read_text())
     data["classes"][0]["raw"]["accuracy"] = [None if a is None else 1.0 - a for a in data["classes"][0]["raw"]["accuracy"]]
     art.write_text(json.dumps(data))
-    sec = classwise_section(ReportView(out))
+    sec = classwise_section(read_view(out, get_host()))
     assert any("1 class-wise artifact(s)" in n and "ignored" in n for n in sec.not_shown)
     assert int(sec.tables["classwise_ece"].query("fraction == 1.0")["n_runs"].max()) == 1
 
@@ -120,6 +121,6 @@ def test_binary_only_results_say_why_the_section_is_not_shown(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert pd.read_csv(out / "runs.csv")["ece_classwise"].isna().all()
     assert not (out / "artifacts" / "classwise").exists()
-    sec = classwise_section(ReportView(out))
+    sec = classwise_section(read_view(out, get_host()))
     assert not sec.figures and not sec.body
     assert len(sec.not_shown) == 1 and "only binary tasks" in sec.not_shown[0] and "ece_fixed" in sec.not_shown[0]

@@ -15,8 +15,8 @@ import pytest
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.plugins import PluginHost
 from prism_plugin.registrars import MetricInfo
-from prism_plugin.report.verdict import check_verdict, pct
-from prism_plugin.results import cell_stats
+from prism_plugin.report.verdict_rows import check_verdict, pct
+from prism_plugin.aggregation import cell_stats
 
 MODEL = "DemoViT-Tiny"
 FRACTIONS = [0.5, 1.0]
@@ -202,7 +202,7 @@ def test_runs_files_is_the_tolerant_find_runs_files(tmp_path):
     from prism_plugin.report.build import source_dirs
     from prism_plugin.results import runs_files
     from prism_plugin.summaries.probe_sensitivity import load_runs
-    from prism_plugin.tables import find_runs_files
+    from prism_plugin.results import find_runs_files
 
     for sub in ("b/x", "a/y"):
         (tmp_path / sub).mkdir(parents=True)

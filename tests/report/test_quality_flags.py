@@ -9,8 +9,9 @@ import pytest
 
 from prism_plugin import quality
 from prism_plugin.report import derived
-from prism_plugin.report.verdict import build_verdict, check_verdict
-from prism_plugin.runner import compact_table
+from prism_plugin.report.verdict import build_verdict
+from prism_plugin.report.verdict_rows import check_verdict
+from prism_plugin.commands.run import compact_table
 from prism_plugin.tables import RunTables
 
 
@@ -177,3 +178,13 @@ def test_loader_single_class_check_overrides_the_prism_fallback():
     rows = old.to_dict("records")
     assert _collapse_fractions(rows, one_class=True) == ([], [0.1, 1.0])
     assert _collapse_fractions(rows) == ([0.1, 1.0], [0.1, 1.0])
+
+
+def test_one_t_at_a_bound_test_for_the_run_flags_and_the_report_counts():
+    box = (0.1, 10.0)
+    assert [quality.bound_side(t, box) for t in (0.1, 0.1009, 0.1011, 5.0, 9.9991, 10.0, float("nan"))] == [
+        "low", "low", "", "", "high", "high", ""]
+    assert not hasattr(quality, "at_bound")
+    from prism_plugin.protocol import temperature
+
+    assert not hasattr(temperature, "at_bound")

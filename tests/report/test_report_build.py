@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from prism_plugin.report.verdict import check_verdict, evidence_value
+from prism_plugin.report.verdict_rows import check_verdict, evidence_value
 from tests.conftest import REFERENCE, run_main
 
 
@@ -189,9 +189,9 @@ def multi_model_report(tmp_path_factory) -> Path:
         pytest.skip(f"shared reference tables not found at {REFERENCE} (set PRISM_SHARED)")
     from prism_plugin.plugins import get_host
     from prism_plugin.report.build import write_report
-    from prism_plugin.tables import RunTables
+    from prism_plugin.tables import RunTables, tables_from_reference_dir
 
-    ref = RunTables.from_reference_dir(REFERENCE)
+    ref = tables_from_reference_dir(REFERENCE)
     models = ["CLIP", "UNI", "VIRCHOW2"]
     ind = ref.indomain.loc[ref.indomain["model"].isin(models) & ref.indomain["dataset"].isin(["PCam", "MHIST"])]
     tr = ref.transfer.loc[ref.transfer["model"].isin(models) & ref.transfer["pair"].isin(["PCam->MHIST",

@@ -13,7 +13,8 @@ import pytest
 
 from prism_plugin.report import derived
 from prism_plugin.report.basic import rank_points
-from prism_plugin.report.verdict import build_verdict, check_verdict, evidence_value
+from prism_plugin.report.verdict import build_verdict
+from prism_plugin.report.verdict_rows import check_verdict, evidence_value
 from prism_plugin.tables import RunTables
 
 

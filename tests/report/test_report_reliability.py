@@ -11,7 +11,7 @@ import pytest
 
 from prism_plugin.metrics import reliability as rel
 from prism_plugin.metrics.core import ece, softmax
-from prism_plugin.report.plots import pool_bins
+from prism_plugin.report.cell_figures import pool_bins
 
 
 def _binary(n=500, seed=0):

@@ -13,8 +13,9 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from prism_plugin.report import basic, derived, plots, uncertainty
-from prism_plugin.report.verdict import build_verdict, check_verdict
+from prism_plugin.report import basic, cell_figures, derived, plots, transfer_sections, uncertainty, verdict_section
+from prism_plugin.report.verdict import build_verdict
+from prism_plugin.report.verdict_rows import check_verdict
 from prism_plugin.tables import RunTables
 
 pytest.importorskip("matplotlib")
@@ -24,14 +25,14 @@ pytest.importorskip("matplotlib")
 def figs(monkeypatch):
     """The matplotlib figures the plot functions save, in order."""
     seen = []
-    real = plots._png
+    real = plots.report_png
 
     def capture(fig):
         data = real(fig)
         seen.append((fig, data))
         return data
 
-    monkeypatch.setattr(plots, "_png", capture)
+    monkeypatch.setattr(plots, "report_png", capture)
     return seen
 
 
@@ -65,7 +66,7 @@ def test_reliability_markers_at_0_and_1_are_not_clipped(figs):
     acc = np.full(k, np.nan)
     acc[[0, 7, 14]] = [0.0, 0.5, 1.0]  # bins at observed frequency exactly 0 and 1
     b = {"count": count, "confidence": conf, "accuracy": acc, "n": 35.0}
-    plots.reliability_grid([{"title": "t", "raw": b, "scaled": b, "ece_raw": 0.1, "ece_scaled": 0.05,
+    cell_figures.reliability_grid([{"title": "t", "raw": b, "scaled": b, "ece_raw": 0.1, "ece_scaled": 0.05,
                              "temperature": 1.0, "binary": True}])
     fig = figs[-1][0]
     ax = fig.axes[0]
@@ -262,7 +263,7 @@ def test_kpi_card_quotes_the_glance_number_and_says_what_it_is():
     cells = _cells("transfer", settings=("S->T",), models=("A",))
     cells.loc[cells["fraction"] == 1.0, "auroc_mean"] = 0.967
     settings = derived.report_settings(cells)
-    html = basic._kpis(settings, "A")
+    html = verdict_section.kpis(settings, "A")
     v = build_verdict(settings)
     glance = v.loc[v["topic"] == "glance", "text"].iloc[0]
     assert "0.967" in glance and "0.967" in html and "at 100 % source labels" in html
@@ -296,9 +297,9 @@ def test_percentages_carry_their_unit():
                           "designs": ["x"]})
     from prism_plugin.report.markdown import markdown_table
 
-    text = markdown_table(bands, formats=basic._PERCENT_COLUMNS)
+    text = markdown_table(bands, formats=transfer_sections.PERCENT_COLUMNS)
     assert "| 100 % |" in text
-    assert all("(%)" not in what for _k, what, _p, _f in basic.PAPER_NUMBERS)
+    assert all("(%)" not in what for _k, what, _p, _f in transfer_sections.PAPER_NUMBERS)
 
 
 # --------------------------------------------------------------------------- the sweep report

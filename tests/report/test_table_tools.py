@@ -11,7 +11,7 @@ from urllib.parse import unquote
 import pandas as pd
 
 from prism_plugin.contracts import ReportSection, ReportView
-from prism_plugin.report.build import render_html
+from prism_plugin.report.render import render_html
 from prism_plugin.report.markdown import TABLE_SCRIPT, add_table_tools, markdown_table, plain, to_html
 
 PREFIX = "data:text/csv;charset=utf-8,"

@@ -14,7 +14,8 @@ from scipy.cluster.hierarchy import fcluster
 
 from prism_plugin.errors import PrismError
 from prism_plugin.report.geometry_sections import geometry_section, sensitivity_section
-from prism_plugin.report.sections import ReportView
+from prism_plugin.plugins import get_host
+from prism_plugin.report.sections import read_view
 from prism_plugin.summaries import geometry as geo
 
 
@@ -139,7 +140,7 @@ def test_radar_ood_stability_is_protocol_6_1():
 
 def test_report_section_one_model_says_why(tmp_path):
     _results_dir(tmp_path, "Solo", "bin", 0.9, 0.1, 0.1)
-    view = ReportView(tmp_path / "bin" / "Solo")
+    view = read_view(tmp_path / "bin" / "Solo", get_host())
     sec = geometry_section(view)
     assert sec.not_shown and "need at least two" in sec.not_shown[0] and "Solo" in sec.not_shown[0]
     assert not sec.figures
@@ -151,7 +152,7 @@ def test_report_section_several_models_draws_dendrogram_and_radar(tmp_path):
     for m, aurocs in profiles.items():
         for ds, a in zip(("d1", "d2", "d3"), aurocs):
             _results_dir(tmp_path, m, ds, a, 0.1 + 0.05 * (m in "XY"), 0.15)
-    sec = geometry_section(ReportView(tmp_path))
+    sec = geometry_section(read_view(tmp_path, get_host()))
     assert {"auroc_dendrogram.png", "reliability_radar.png"} <= set(sec.figures)
     for data in sec.figures.values():
         with Image.open(__import__("io").BytesIO(data)) as im:

@@ -24,8 +24,8 @@ def _blobs(n=400, d=24, k=2, shift=1.5, seed=0):
 
 def test_registered_as_kind_mlp_through_the_hook():
     host = get_host()
-    factory, origin = host.heads()["mlp"]
-    assert origin == "prism_plugin (built in)" and host.registry("heads").entry("mlp").plugin == "mlp_head"
+    entry = host.registry("heads").entry("mlp")
+    assert entry.origin == "prism_plugin (built in)" and entry.plugin == "builtin_heads"
     head = host.head_factory("mlp")(seed=3, hidden=32)
     assert isinstance(head, MLPProbe) and head.seed == 3 and head.hidden == 32
     assert head.settings() == {"kind": "mlp", **DEFAULTS, "hidden": 32}

@@ -128,14 +128,3 @@ def test_summarize_hook_only_speaks_when_there_is_a_comparison():
     out = ps.summarize(tables=RunTables(indomain=swept), options={})
     assert out.tables["c_ranking"]["kendall_auroc"].iloc[0] == pytest.approx(-1.0)
     assert out.headline["c_ranking_auroc_inversions"] == 1
-
-
-def test_sweep_columns_alone_identify_c():
-    rows = _runs({1.0: {"A": (0.9, 0.1), "B": (0.8, 0.2)}, 0.1: {"A": (0.9, 0.1), "B": (0.8, 0.2)}})
-    df = pd.DataFrame(rows)
-    df["sweep_key"] = "probe.C"
-    df["sweep_value"] = df["probe_C"].astype(str)
-    df = df.drop(columns=["probe_C"])
-    abl = ps.c_ablation(df)
-    assert sorted(abl["C"].unique()) == [0.1, 1.0]
-    assert np.isfinite(ps.c_ranking(abl)["kendall_auroc"]).all()

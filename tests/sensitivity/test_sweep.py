@@ -13,6 +13,7 @@ from scipy import stats
 
 from prism_plugin.cli import main
 from prism_plugin.errors import PrismError
+from prism_plugin.heads.mlp import DEFAULTS
 from prism_plugin.plugins import get_host
 from prism_plugin.runner import default_output
 from prism_plugin.tasks.index import default_index
@@ -59,8 +60,9 @@ def test_c_sweep_expands_into_named_variants_with_distinct_results_dirs(tmp_path
 def test_kind_and_whole_probe_sweeps(tmp_path):
     task = _load(tmp_path, "probe: {kind: logistic, C: 0.5}\nsweep: {probe.kind: [logistic, mlp]}")
     lin, mlp = expand_sweeps([task], get_host())
-    assert lin.probe == {"kind": "logistic", "C": 0.5, "max_iter": 1000} and lin.columns["probe_C"] == 0.5
-    assert mlp.probe == {"kind": "mlp"} and "probe_C" not in mlp.columns and mlp.name == "swept@probe.kind=mlp"
+    assert lin.probe == {"kind": "logistic", "C": 0.5, "max_iter": 1000, "backend": "sklearn"}
+    assert lin.columns["probe_C"] == 0.5
+    assert mlp.probe == {"kind": "mlp", **DEFAULTS} and "probe_C" not in mlp.columns and mlp.name == "swept@probe.kind=mlp"
     task = _load(tmp_path, "sweep: {probe: [{kind: logistic}, {kind: mlp, hidden: 64}]}")
     names = [v.name for v in expand_sweeps([task], get_host())]
     assert names == ["swept@probe=kind=logistic", "swept@probe=kind=mlp,hidden=64"]
@@ -85,10 +87,10 @@ def test_bad_sweeps_name_file_line_and_key(tmp_path, body, fragment):
 def test_bad_head_settings_fail_before_any_work(tmp_path):
     with pytest.raises(PrismError, match=r"swept\.yaml.*did you mean 'hidden'"):
         expand_sweeps([_load(tmp_path, "probe: {kind: mlp, hiden: 8}")], get_host())
-    # the logistic settings the protocol include gives every task do not stop `probe: {kind: mlp}`
+    # the logistic settings the protocol include gives every task are dropped by `probe: {kind: mlp}`
     task = _load(tmp_path, "probe: {kind: mlp, hidden: 8}")
-    assert task.probe["C"] == 1.0 and expand_sweeps([task], get_host()) == [task]
-    with pytest.raises(PrismError, match="mlp probe head has no C"):
+    assert "C" not in task.probe and task.probe["hidden"] == 8 and expand_sweeps([task], get_host()) == [task]
+    with pytest.raises(PrismError, match=r"sweep.probe.C: value 0.1: .*unknown key 'probe.C' for probe head 'mlp'"):
         _load(tmp_path, "probe: {kind: mlp}\nsweep: {probe.C: [0.1, 1]}")
     with pytest.raises(PrismError, match="did you mean 'mlp'"):
         expand_sweeps([_load(tmp_path, "sweep: {probe.kind: [logistic, mlpp]}")], get_host())

@@ -8,7 +8,7 @@ import pytest
 
 from prism_plugin.errors import PrismError
 from prism_plugin.summaries import budget
-from prism_plugin.tables import RunTables
+from prism_plugin.tables import RunTables, tables_from_reference_dir
 
 from tests.conftest import SHARED
 REFERENCE = SHARED / "reference" / "prism_results_v2"
@@ -18,7 +18,7 @@ REFERENCE = SHARED / "reference" / "prism_results_v2"
 def reference_tables() -> RunTables:
     if not (REFERENCE / "indomain_propval.csv").exists():
         pytest.skip(f"reference tables not found under {REFERENCE} (set PRISM_SHARED)")
-    return RunTables.from_reference_dir(REFERENCE)
+    return tables_from_reference_dir(REFERENCE)
 
 
 def test_reproduces_label_budget_accounting(reference_tables):

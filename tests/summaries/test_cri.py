@@ -10,7 +10,7 @@ import pytest
 
 import prism_plugin.hookspecs as hookspecs
 from prism_plugin.errors import PrismError, UnknownNameError
-from prism_plugin.summaries import budget, collapse_audit, cri, seeds
+from prism_plugin.summaries import budget, collapse_audit, conventions, cri, seeds
 from prism_plugin.tables import RunTables, SummaryOutput
 
 from tests.conftest import SHARED
@@ -57,7 +57,7 @@ def test_reference_per_pair_table(reference_summary):
     per_pair = reference_summary.tables["cri_components_per_pair"]
     assert list(per_pair.columns) == ["model", "pair", "id_auroc", "ood_auroc", "drop"]
     assert len(per_pair) == 32
-    assert list(per_pair["model"].iloc[::4]) == list(cri.MODEL_ORDER)
+    assert list(per_pair["model"].iloc[::4]) == list(conventions.MODEL_ORDER)
     assert list(per_pair["pair"].iloc[:4]) == ["BRACS->CRC", "CRC->BRACS", "MHIST->PCam", "PCam->MHIST"]
     comps = reference_summary.tables["cri_components"]
     # drop_worst of the published components = max of the unrounded per-pair drops
@@ -210,7 +210,7 @@ def test_camelyon_variant_by_hand():
 
 
 def test_model_order_reference_then_appearance():
-    assert cri.model_order(["zeta", "UNI", "alpha", "CLIP", "UNI", "MIDNIGHT"]) == [
+    assert conventions.model_order(["zeta", "UNI", "alpha", "CLIP", "UNI", "MIDNIGHT"]) == [
         "CLIP", "UNI", "MIDNIGHT", "zeta", "alpha"]
 
 

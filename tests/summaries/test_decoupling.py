@@ -12,7 +12,9 @@ import pytest
 from scipy import stats
 
 import prism_plugin.hookspecs as hookspecs
+from prism_plugin.summaries import conventions as conv
 from prism_plugin.summaries import decoupling as dec
+from prism_plugin.summaries import decoupling_seeds as dseeds
 from prism_plugin.tables import RunTables, SummaryOutput
 
 from tests.conftest import SHARED
@@ -79,7 +81,7 @@ def test_pooled_rho_and_contrast(summary):
     assert h["decoupling_pooled_contrast_n_datasets"] == 6
     # cluster CI brackets the point estimate at every fraction
     for f in FRACTIONS:
-        pct = dec.fraction_pct(f)
+        pct = conv.fraction_pct(f)
         assert h[f"decoupling_pooled_rho_{pct}_ci_lo"] <= h[f"decoupling_pooled_rho_{pct}"] \
             <= h[f"decoupling_pooled_rho_{pct}_ci_hi"]
 
@@ -160,7 +162,7 @@ def test_spearman_rows_bit_identical_to_scipy():
     y = rng.normal(size=(400, 9))
     y[::7] = np.round(y[::7], 0)
     x[5] = 0.3  # constant row -> NaN
-    got = dec.spearman_rows(x, y)
+    got = conv.spearman_rows(x, y)
     with np.errstate(all="ignore"):
         import warnings
         with warnings.catch_warnings():
@@ -195,7 +197,7 @@ def test_model_bootstrap_matches_literal_loop():
 
 def test_cluster_bootstrap_matches_literal_loop(reference_tables):
     ind = reference_tables.indomain
-    ranks = dec.within_dataset_ranks(dec.cell_means(ind))
+    ranks = conv.within_dataset_ranks(conv.cell_means(ind))
     at = ranks.loc[ranks["fraction"] == 0.01]
     rng = np.random.default_rng(0)
     vals = []
@@ -212,7 +214,7 @@ def test_pooled_contrast_matches_literal_loop(reference_tables):
     """§6.6 contrast as written: default_rng(1), alphabetical dataset list,
     one rng.choice draw shared by both fractions."""
     ind = reference_tables.indomain
-    ranks = dec.within_dataset_ranks(dec.cell_means(ind))
+    ranks = conv.within_dataset_ranks(conv.cell_means(ind))
     alphabetical = sorted(ORDER)
     assert alphabetical == ["BRACS", "CRC", "LungHist700", "MHIST", "PCam", "SPIDER-Breast"]
     rng = np.random.default_rng(1)
@@ -238,7 +240,7 @@ def test_seedlevel_draws_match_literal_choice_calls():
     for _ in range(150):
         lit_d.append(rng.choice(datasets, 6))
         lit_s.append([rng.choice(seeds) for _d in range(6) for _m in range(8)])
-    ds_idx, seed_idx = dec.seedlevel_draws(np.random.default_rng(0), 6, 48, 3, 150)
+    ds_idx, seed_idx = dseeds.seedlevel_draws(np.random.default_rng(0), 6, 48, 3, 150)
     np.testing.assert_array_equal(datasets[ds_idx], np.array(lit_d))
     np.testing.assert_array_equal(np.array(seeds)[seed_idx], np.array(lit_s))
 
@@ -259,18 +261,18 @@ def test_seedlevel_matches_literal_loop(reference_tables):
             ra.append(stats.rankdata(-a))
             rc.append(stats.rankdata(e))
         vals.append(stats.spearmanr(np.concatenate(ra), np.concatenate(rc)).statistic)
-    got = dec.rank_correlations_seedlevel(ind, n_boot=60).set_index("fraction").loc[1.0]
+    got = dseeds.rank_correlations_seedlevel(ind, n_boot=60).set_index("fraction").loc[1.0]
     assert got["rho"] == np.mean(vals)
     assert (got["ci_lo"], got["ci_hi"]) == tuple(np.percentile(vals, [2.5, 97.5]))
 
 
 def test_seed_means_use_correctly_rounded_sum():
     df = pd.DataFrame({"k": ["a", "b", "a", "a", "b"], "x": [1e16, 1.0, 1.0, -1e16, np.nan]})
-    m = dec.seed_means(df, ["k"], ["x"])
+    m = conv.seed_means(df, ["k"], ["x"])
     assert list(m.index) == ["a", "b"]
     assert m.loc["a", "x"] == 1 / 3  # a left-to-right sum would give 0
     assert m.loc["b", "x"] == 1.0  # NaN skipped
-    s = dec.seed_means(df.iloc[::-1], ["k"], ["x"], sort=False)
+    s = conv.seed_means(df.iloc[::-1], ["k"], ["x"], sort=False)
     assert list(s.index) == ["b", "a"] and s.loc["a", "x"] == 1 / 3
 
 
@@ -307,7 +309,7 @@ def test_ties_hand_computed():
     rc = dec.rank_correlations(ind)
     assert rc.loc[0, "spearman"] == pytest.approx(math.sqrt(0.9), abs=1e-15)
     assert rc.loc[0, "kendall"] == pytest.approx(5 / math.sqrt(30), abs=1e-15)
-    ranks = dec.within_dataset_ranks(dec.cell_means(ind))
+    ranks = conv.within_dataset_ranks(conv.cell_means(ind))
     assert list(ranks["rank_auroc"]) == [1.5, 1.5, 3.0, 4.0]
     assert list(ranks["rank_cal"]) == [1.0, 2.0, 3.0, 4.0]
     assert dec.rank_diff_by_fraction(ind).loc[0, "1.0"] == 0.25
@@ -367,7 +369,7 @@ def test_single_dataset_cluster_ci_not_defined():
     assert pooled.loc[0, "rho"] == 1.0
     assert math.isnan(pooled.loc[0, "ci_lo"])
     assert any("not defined" in n and "1 dataset" in n for n in pooled.attrs["notes"])
-    sl = dec.rank_correlations_seedlevel(ind)
+    sl = dseeds.rank_correlations_seedlevel(ind)
     assert sl[["rho", "ci_lo", "ci_hi"]].isna().all().all()
     assert any("not defined" in n and "1 dataset" in n for n in sl.attrs["notes"])
 
@@ -397,7 +399,7 @@ def test_homogeneous_i2_zero():
 
 
 def test_dataset_order_and_other_datasets():
-    assert dec.dataset_order(["Zeta", "CRC", "Alpha", "PCam"]) == ["PCam", "CRC", "Zeta", "Alpha"]
+    assert conv.dataset_order(["Zeta", "CRC", "Alpha", "PCam"]) == ["PCam", "CRC", "Zeta", "Alpha"]
     ind = make_indomain({("Zeta", 0.5): ALIGNED, ("CRC", 0.5): ALIGNED, ("Alpha", 0.5): INVERTED})
     rc = dec.rank_correlations(ind)
     assert list(rc["dataset"]) == ["CRC", "Zeta", "Alpha"]

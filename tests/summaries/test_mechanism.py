@@ -11,7 +11,7 @@ import pytest
 
 import prism_plugin.hookspecs as hookspecs
 from prism_plugin.summaries import mechanism as mech
-from prism_plugin.tables import RunTables, SummaryOutput
+from prism_plugin.tables import RunTables, SummaryOutput, tables_from_reference_dir
 
 from tests.conftest import SHARED
 REFERENCE = SHARED / "reference" / "prism_results_v2"
@@ -22,7 +22,7 @@ MODELS = ["CLIP", "CONCH", "GigaPath", "H-Optimus-0", "MIDNIGHT", "PLIP", "UNI",
 def reference_tables() -> RunTables:
     if not (REFERENCE / "ood_all_v2.csv").exists():
         pytest.skip(f"reference tables not found under {REFERENCE} (set PRISM_SHARED)")
-    return RunTables.from_reference_dir(REFERENCE)
+    return tables_from_reference_dir(REFERENCE)
 
 
 @pytest.fixture(scope="module")

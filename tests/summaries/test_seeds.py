@@ -9,7 +9,7 @@ import pytest
 
 from prism_plugin.errors import PrismError
 from prism_plugin.summaries import seeds
-from prism_plugin.tables import RunTables
+from prism_plugin.tables import RunTables, tables_from_reference_dir
 
 from tests.conftest import SHARED
 REFERENCE = SHARED / "reference" / "prism_results_v2"
@@ -19,7 +19,7 @@ REFERENCE = SHARED / "reference" / "prism_results_v2"
 def reference_out():
     if not (REFERENCE / "indomain_all_v2.csv").exists():
         pytest.skip(f"reference tables not found under {REFERENCE} (set PRISM_SHARED)")
-    return seeds.summarize(RunTables.from_reference_dir(REFERENCE), {})
+    return seeds.summarize(tables_from_reference_dir(REFERENCE), {})
 
 
 def test_reference_breaking_points(reference_out):

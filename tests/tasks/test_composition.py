@@ -43,7 +43,7 @@ def test_include_chain_local_keys_win(user):
     idx = TaskIndex([user])
     t = idx.load_task("plain")
     assert t.label_fractions == (0.1, 1.0) and t.seeds == (7,) and t.ece_bins == 10  # _mid over _base
-    assert t.probe == {"kind": "logistic", "C": 2.0, "max_iter": 50}
+    assert t.probe == {"kind": "logistic", "C": 2.0, "max_iter": 50, "backend": "sklearn"}
     own = idx.load_task("own")
     assert own.label_fractions == (0.5,) and own.probe["C"] == 0.5 and own.probe["max_iter"] == 50  # nested merge
 

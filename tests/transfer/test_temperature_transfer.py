@@ -16,7 +16,8 @@ from prism_plugin.metrics.temperature_transfer import (
     stratified_draw,
     stratified_quota,
 )
-from prism_plugin.run import CalibrationSet, RunContext
+from prism_plugin.contracts import CalibrationSet, RunContext
+from prism_plugin.protocol.grid import SCALING
 
 
 def _run(logits, y, cal_logits=None, cal_y=None, *, kind="transfer", seed=42, n_classes=None):
@@ -24,7 +25,7 @@ def _run(logits, y, cal_logits=None, cal_y=None, *, kind="transfer", seed=42, n_
     return RunContext(
         task="shift", adapter="a", model="M", dataset="src->tgt", fraction=1.0, seed=seed,
         n_classes=n_classes or logits.shape[1], n_train=100, forced_classes=0, y_test=y,
-        proba_test=softmax(logits), logits_test=logits, calibration=calibration, meta={"kind": kind},
+        proba_test=softmax(logits), logits_test=logits, calibration=calibration, meta={"kind": kind}, scaling=SCALING,
     )
 
 

@@ -1,7 +1,7 @@
 """Calibration transfer for multiclass heads (the audit's Suppl. A.13), as pure functions.
 
-Metrics (all on top-label confidence, for every K including K = 2, unlike the PRISM binary
-``ece_fixed`` which is a class-1 reliability error):
+Metrics (all on top-label confidence, for every K including K = 2, unlike the PRISM binary ``ece_fixed`` which is a
+class-1 reliability error):
 
 * ``ece_top``      top-label ECE, 15 equal-width bins (``[lo, hi)`` bins of
   :func:`prism_plugin.metrics.core.ece_bin_edges`, the last one included),
@@ -9,29 +9,28 @@ Metrics (all on top-label confidence, for every K including K = 2, unlike the PR
 * ``nll``          ``-mean log(p_y + 1e-12)``,
 * ``brier``        multiclass Brier: mean squared distance to the one-hot label.
 
-Arms of :func:`calibration_transfer` (the temperature is always fitted by the PRISM
-bounded-Brent NLL fit, :func:`prism_plugin.protocol.temperature.fit_temperature`):
+Arms of :func:`calibration_transfer` (the temperature is always fitted by the PRISM bounded-Brent NLL fit,
+:func:`prism_plugin.protocol.temperature.fit_temperature`):
 
 * ``raw``      no temperature,
 * ``src``      T fitted on the held-out **source** split, applied to the target (deployable),
 * ``oracle``   T fitted on the whole labelled target (upper bound, not deployable),
-* ``k4`` ...   T fitted on K labelled target samples and evaluated on the remaining target
-  samples; metrics and T are means over ``draws`` draws. The draws are exactly those of the
-  transfer-temperature plugin (:func:`prism_plugin.metrics.temperature_transfer.stratified_draw`,
-  class-stratified, ``default_rng([seed, K])``), so ``T`` here equals its
-  ``temperature_fewshot_k<K>`` for the same run seed; this module adds the top-label, adaptive,
-  NLL and Brier metrics on the held-out rest.
+* ``k4`` ...   T fitted on K labelled target samples and evaluated on the remaining target samples; metrics and T
+  are means over ``draws`` draws. The draws are exactly those of the transfer-temperature plugin
+  (:func:`prism_plugin.metrics.temperature_transfer.stratified_draw`, class-stratified, ``default_rng([seed,
+  K])``), so ``T`` here equals its ``temperature_fewshot_k<K>`` for the same run seed; this module adds the
+  top-label, adaptive, NLL and Brier metrics on the held-out rest.
 * ``cbr``      probabilities of the probe on CBR-adapted target features (no temperature),
 * ``cbr_src``  CBR then the source T.
 
-Reliability diagrams: with ``reliability={}``, :func:`calibration_transfer` also fills, per arm, the
-top-label bin sums of :func:`reliability_sums` (15 equal-width bins; rows ``count``, ``sum of
-confidence``, ``sum of correct``; the K-shot arms summed over their draws), which the adaptation
-plugin saves in its per-run artifact and ``prism-run audit`` pools over runs exactly (sums add).
+Reliability diagrams: with ``reliability={}``, :func:`calibration_transfer` also fills, per arm, the top-label bin
+sums of :func:`reliability_sums` (15 equal-width bins; rows ``count``, ``sum of confidence``, ``sum of correct``;
+the K-shot arms summed over their draws), which the adaptation plugin saves in its per-run artifact and ``prism-run
+audit`` pools over runs exactly (sums add).
 
 The oracle and few-shot temperatures themselves are reported by the transfer-temperature plugin
-(``temperature_oracle``, ``temperature_fewshot_k<K>``); the adaptation plugin reports only the
-metrics of each arm (``calx_<arm>_<metric>``), never the same temperature twice.
+(``temperature_oracle``, ``temperature_fewshot_k<K>``); the adaptation plugin reports only the metrics of each arm
+(``calx_<arm>_<metric>``), never the same temperature twice.
 """
 
 from __future__ import annotations
@@ -71,12 +70,11 @@ def top_label_ece(y: np.ndarray, proba: np.ndarray, n_bins: int = 15, scheme: st
 
 
 def reliability_sums(y: np.ndarray, proba: np.ndarray, n_bins: int = RELIABILITY_BINS) -> np.ndarray:
-    """Top-label reliability bin sums, ``(3, n_bins)``: per equal-width bin ``[lo, hi)`` the number of
-    samples, the sum of their confidences (max_k p_k) and the number predicted correctly.
+    """Top-label reliability bin sums, ``(3, n_bins)``: per equal-width bin ``[lo, hi)`` the number of samples, the
+    sum of their confidences (max_k p_k) and the number predicted correctly.
 
-    The last bin is closed (a confidence of exactly 1.0 counts in it; the ECE's bins leave it out),
-    so every sample is in one bin. Sums over runs pool exactly: confidence = row 1 / row 0,
-    accuracy = row 2 / row 0.
+    The last bin is closed (a confidence of exactly 1.0 counts in it; the ECE's bins leave it out), so every sample
+    is in one bin. Sums over runs pool exactly: confidence = row 1 / row 0, accuracy = row 2 / row 0.
     """
     proba = np.asarray(proba, dtype=np.float64)
     out = np.zeros((3, n_bins), dtype=np.float64)

@@ -1,27 +1,9 @@
 """Validation of the task keys ``adaptation`` and ``priors`` (called by the task-key validators).
 
-``adaptation`` lists what the adaptation plugin computes for each run: names of the adaptation
-registry (``prism-run ls adaptation``; filled by the ``register_adaptation`` hook, so a plugin adds
-methods of its own). Built in::
-
-    adaptation: [tgtstd, cbr, cbr_mean, bbse, cbr_bbse, shot_im, oracle_cb,   # role "method"
-                 calibration, selectors,                                       # role "analysis"
-                 decodability, projection]                                     # role "diagnostic"
-
-Absent: transfer runs get every entry registered with ``default=True`` (the built-in methods and
-analyses; not the diagnostics), in-distribution runs nothing. ``adaptation: []`` switches the
-plugin off for that task.
-
-``priors`` adds the class-prior stress test (every listed method, the unadapted head and
-the selectors on target batches resampled to each prior)::
-
-    priors:
-      names: [balanced, mild, clinical, neutrophil_heavy]   # built-in or custom names
-      custom: {lymph_heavy: {lymphocyte: 0.6, neutrophil: 0.2, monocyte: 0.1,
-                             eosinophil: 0.05, basophil: 0.05}}
-      batch_sizes: [32, 400]       # K, the target batch size
-      draws: 10                    # repeated draws per (prior, K)
-      seed: 0
+``adaptation`` lists names of the adaptation registry (``prism-run ls adaptation``). Absent: transfer
+runs get every entry registered with ``default=True`` (not the diagnostics), in-distribution runs
+nothing; ``adaptation: []`` switches the plugin off. ``priors`` adds the class-prior stress test
+(``names``, ``custom``, ``batch_sizes``, ``draws``, ``seed``; both keys: docs/hematology.md).
 
 Only light imports at module level: the task schema imports this module.
 """

@@ -1,42 +1,38 @@
-"""The adaptation plugin: audit heads (``register_heads``), the built-in test-time adaptation
-methods, analyses and diagnostics (``register_adaptation``) and the per-run audit columns
-(``run_metrics``).
+"""The adaptation plugin: the built-in test-time adaptation methods, analyses and diagnostics
+(``register_adaptation``) and the per-run audit columns (``run_metrics``).
 
-Active for transfer runs (``run.meta["kind"] == "transfer"``) and for any task that sets
-``adaptation`` or ``priors`` (see :mod:`prism_plugin.adaptation.config`); needs the run's features
-(``run.features``), so it does nothing for callers that do not provide them. The methods a run
-computes are the adaptation registry's entries of role ``"method"`` that the task chose (or the
-``default=True`` ones), in registration order: a plugin's own method gets the same columns and
-takes part in the class-prior stress test like a built-in. Columns (method m; all macro-F1 on the
-target evaluation split):
+Active for transfer runs (``run.meta["kind"] == "transfer"``) and for any task that sets ``adaptation`` or
+``priors`` (see :mod:`prism_plugin.adaptation.config`); needs the run's features (``run.features``), so it does
+nothing for callers that do not provide them. The methods a run computes are the adaptation registry's entries of
+role ``"method"`` that the task chose (or the ``default=True`` ones), in registration order: a plugin's own method
+gets the same columns and takes part in the class-prior stress test like a built-in. Columns (method m; all
+macro-F1 on the target evaluation split):
 
-* ``id_f1_macro``, ``id_accuracy`` - the probe on the held-out **source** split (val): the
-  in-domain score used for rank transfer and in-domain selection.
-* ``f1_macro_<m>``, ``gain_<m>`` (= ``f1_macro_<m> - f1_macro``), ``ece_<m>`` (top-label, fixed
-  bins), ``nll_<m>``, ``brier_<m>`` (multiclass Brier) - every adaptation method on the whole target
-  as one batch. ``oracle_cb`` uses target labels (upper bound).
-* ``first_moment_shift`` - the RMS over features of ``(mean target - mean source train) / SD source
-  train`` (source-standardised units, a zero SD counted as 1): the size of the embedding's first-moment
-  shift, beside the target drop in the audit's ``mechanism`` table (``sel_neg_shift`` is its negative).
-* ``calx_<arm>_<metric>`` - calibration transfer (``calibration``): arms ``raw``, ``src``, ``oracle``,
-  ``k4``, ``k8``, ``k16``, ``k32``, ``cbr``, ``cbr_src``; metrics ``ece_top``, ``ece_adaptive``,
-  ``nll``, ``brier`` (see :mod:`.calibration`).
-* ``sel_<s>`` - label-free selection scores (``selectors``): conf, neg_ent, neg_shift, neg_predKL,
-  marg_ent.
-* ``prior__<prior>__k<K>__f1_<m>`` (m = ``none`` for the unadapted probe) and
-  ``prior__<prior>__k<K>__sel_<s>`` - means over the draws of the class-prior stress test (``priors``).
-* ``dom_decode_acc``, ``dom_decode_within``, ``dom_decode_perm``, ``dom_decode_class`` (source train
-  vs target, ``decodability``) and ``proj_f1_macro``, ``proj_gain``, ``proj_id_delta`` (the probe
-  retrained after removing the source-target mean direction, ``projection``).
+* ``id_f1_macro``, ``id_accuracy`` - the probe on the held-out **source** split (val): the in-domain score used for
+  rank transfer and in-domain selection.
+* ``f1_macro_<m>``, ``gain_<m>`` (= ``f1_macro_<m> - f1_macro``), ``ece_<m>`` (top-label, fixed bins), ``nll_<m>``,
+  ``brier_<m>`` (multiclass Brier) - every adaptation method on the whole target as one batch. ``oracle_cb`` uses
+  target labels (upper bound).
+* ``first_moment_shift`` - the RMS over features of ``(mean target - mean source train) / SD source train``
+  (source-standardised units, a zero SD counted as 1): the size of the embedding's first-moment shift, beside the
+  target drop in the audit's ``mechanism`` table (``sel_neg_shift`` is its negative).
+* ``calx_<arm>_<metric>`` - calibration transfer (``calibration``): arms ``raw``, ``src``, ``oracle``, ``k4``,
+  ``k8``, ``k16``, ``k32``, ``cbr``, ``cbr_src``; metrics ``ece_top``, ``ece_adaptive``, ``nll``, ``brier`` (see
+  :mod:`.calibration`).
+* ``sel_<s>`` - label-free selection scores (``selectors``): conf, neg_ent, neg_shift, neg_predKL, marg_ent.
+* ``prior__<prior>__k<K>__f1_<m>`` (m = ``none`` for the unadapted probe) and ``prior__<prior>__k<K>__sel_<s>`` -
+  means over the draws of the class-prior stress test (``priors``).
+* ``dom_decode_acc``, ``dom_decode_within``, ``dom_decode_perm``, ``dom_decode_class`` (source train vs target,
+  ``decodability``) and ``proj_f1_macro``, ``proj_gain``, ``proj_id_delta`` (the probe retrained after removing the
+  source-target mean direction, ``projection``).
 
-When the run carries an ``artifact_dir``, per-example target and source-val predictions are saved
-there (``<task>--<run_id>.npz``, the run's cell id, e.g. ``f1-s0``; ``<task>--f<fraction>-s<seed>.npz``
-for a run context without ``run_id``) for the cross-encoder analyses of ``prism-run audit``
-(consensus, agreement-on-the-line, paired bootstrap, per-class recall and confusion), with the
-run's identity (model, task, probe, fraction, seed, split_seed, run_id) and, when calibration
-transfer ran, each arm's top-label reliability bin sums (``reliability``, ``(arms, 3, 15)``: count,
-sum of confidence, sum correct, :func:`prism_plugin.adaptation.calibration.reliability_sums`; the
-arms' names in ``reliability_arms``).
+When the run carries an ``artifact_dir``, per-example target and source-val predictions are saved there
+(``<task>--<run_id>.npz``, the run's cell id, e.g. ``f1-s0``; ``<task>--f<fraction>-s<seed>.npz`` for a run context
+without ``run_id``) for the cross-encoder analyses of ``prism-run audit`` (consensus, agreement-on-the-line, paired
+bootstrap, per-class recall and confusion), with the run's identity (model, task, probe, fraction, seed,
+split_seed, run_id) and, when calibration transfer ran, each arm's top-label reliability bin sums (``reliability``,
+``(arms, 3, 15)``: count, sum of confidence, sum correct,
+:func:`prism_plugin.adaptation.calibration.reliability_sums`; the arms' names in ``reliability_arms``).
 """
 
 from __future__ import annotations
@@ -52,7 +48,6 @@ from prism_plugin.adaptation import priors as pri
 from prism_plugin.adaptation import selection as sel
 from prism_plugin.adaptation import stats
 from prism_plugin.adaptation import config
-from prism_plugin.adaptation.heads import HEADS
 from prism_plugin.adaptation.stats import macro_f1 as f1_macro
 from prism_plugin.adaptation.tta import (BUILTIN_METHODS, AdaptationInputs, cbr_outputs, resolve_method, run_method,
                                          source_moments)
@@ -60,17 +55,22 @@ from prism_plugin.errors import UnknownNameError
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.metrics.core import multiclass_brier, nll
 from prism_plugin.plugins import host_or_shared
-from prism_plugin.results import atomic_write_bytes
+from prism_plugin.storage import atomic_write_bytes
 
 NAN = float("nan")
 DECODABILITY_DRAWS = 3
 
 
 @hookimpl
-def register_heads(register) -> None:
-    for kind, spec in HEADS.items():
-        register(kind, spec.factory, linear=spec.linear,
-                 description=(spec.factory.__doc__ or "").strip().split("\n")[0])
+def register_metrics(register) -> None:
+    """Describe two of this plugin's columns (``prism-run ls metrics``; used by no table): the
+    first-moment shift and, for each built-in method, the Brier score after it."""
+    register("first_moment_shift", display="first-moment shift (source SDs)", summary=False, report=False,
+             description="adaptation plugin: RMS over features of (target mean - source-train mean) / source-train "
+                         "SD; the audit's mechanism table puts it beside the target drop")
+    for name in BUILTIN_METHODS:
+        register(f"brier_{name}", direction="lower", display=f"Brier after {name}", summary=False, report=False,
+                 description=f"adaptation plugin: multiclass Brier on the target after the adaptation method {name}")
 
 
 #: what the analyses and diagnostics of this plugin compute (``prism-run ls adaptation``)
@@ -202,7 +202,8 @@ class AuditRun:
         return out
 
     def adapt(self, method: str, X: np.ndarray, *, base_proba: np.ndarray, y_true: np.ndarray, cache: dict):
-        return run_method(self.methods[method], X, self.inputs, base_proba=base_proba, y_true=y_true, cache=cache)
+        return run_method(self.methods[method], X, self.inputs, base_proba=base_proba, y_true=y_true, cache=cache,
+                          meta=self.run.meta)
 
     # -- calibration transfer ---------------------------------------------------------------
     def _cbr_logits(self) -> np.ndarray:

@@ -1,11 +1,10 @@
 """Class-prior stress: resample a labelled target to a named prior at batch size K.
 
-The audit evaluates every label-free method on the balanced target and on targets resampled to
-realistic, neutrophil-dominated WBC priors (its Suppl. A.12.3). The exact numbers of that table
-are not in the text we have, so the WBC priors below are **our reconstruction** from standard adult
-peripheral-blood differential reference ranges (neutrophils 40-70 %, lymphocytes 20-40 %,
-monocytes 2-8 %, eosinophils 1-4 %, basophils 0.5-1 %); give the paper's values (or any other)
-under ``priors.custom`` in the task YAML to use them instead.
+The audit evaluates every label-free method on the balanced target and on targets resampled to realistic,
+neutrophil-dominated WBC priors (its Suppl. A.12.3). The exact numbers of that table are not in the text we have,
+so the WBC priors below are **our reconstruction** from standard adult peripheral-blood differential reference
+ranges (neutrophils 40-70 %, lymphocytes 20-40 %, monocytes 2-8 %, eosinophils 1-4 %, basophils 0.5-1 %); give the
+paper's values (or any other) under ``priors.custom`` in the task YAML to use them instead.
 
 ============== ============================================================
 name           weights (neutrophil, lymphocyte, monocyte, eosinophil, basophil)
@@ -18,13 +17,12 @@ neutrophil_heavy .80 .12 .05 .02 .01
 dominant:C:s   class C (name or index) gets share s, the rest share 1 - s equally (any task)
 ============== ============================================================
 
-A batch of size K takes ``n_c`` samples of class c, where ``n_c`` are the largest-remainder
-integer counts of ``K * prior`` (so a batch matches its prior as closely as K allows; a class with
-a tiny share may get 0 at small K). Within a class, samples are drawn without replacement, or
-with replacement when the target has fewer than ``n_c`` of that class. A class the prior wants but
-the target does not contain at all is dropped and the prior renormalised (reported in ``note``).
-Draws are seeded from ``(seed, prior, K, draw)`` only, so every encoder evaluated on the same
-target sees exactly the same batches (paired comparisons).
+A batch of size K takes ``n_c`` samples of class c, where ``n_c`` are the largest-remainder integer counts of ``K *
+prior`` (so a batch matches its prior as closely as K allows; a class with a tiny share may get 0 at small K).
+Within a class, samples are drawn without replacement, or with replacement when the target has fewer than ``n_c``
+of that class. A class the prior wants but the target does not contain at all is dropped and the prior renormalised
+(reported in ``note``). Draws are seeded from ``(seed, prior, K, draw)`` only, so every encoder evaluated on the
+same target sees exactly the same batches (paired comparisons).
 """
 
 from __future__ import annotations

@@ -31,8 +31,6 @@ import numpy as np
 from scipy.stats import spearmanr
 
 PER_RUN = ("conf", "neg_ent", "neg_shift", "neg_predKL", "marg_ent")
-CROSS = ("consensus", "agl_acc")
-ALL = PER_RUN + CROSS
 
 
 def _entropy(p: np.ndarray, axis: int = -1) -> np.ndarray:

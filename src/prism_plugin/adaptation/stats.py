@@ -1,25 +1,24 @@
 """Statistics and diagnostics of the audit (Sec. 5.1, Suppl. A.1-A.3, A.9, A.12.6).
 
-* :func:`spearman_ci` - Spearman rho between in-domain and target scores across encoders, with a
-  percentile bootstrap CI over encoders (resamples whose ranks are constant are skipped).
-* :func:`paired_bootstrap_f1` - paired bootstrap of a macro-F1 difference on shared examples:
-  resample the target examples with replacement (B = 4000 by default), recompute both encoders'
-  macro-F1 on the same resample (averaged over source-split seeds when given ``(S, N)``
-  predictions), take the difference; percentile CI and a two-sided bootstrap p.
-* :func:`mean_ci` - the mean of per-split values (the five source splits) with a percentile bootstrap
-  CI over them (a single split: the CI is the point).
-* :func:`effective_robustness` - the least-squares line of target on in-domain score over encoders,
-  each encoder's residual from it (effective robustness), and whether the in-domain spread is too
-  small for the line to mean anything (:data:`ER_MIN_SD`).
-* :func:`hierarchical_bootstrap` - a two-level bootstrap of a mean over a scenarios x encoders
-  table: resample scenarios, then encoders within each resampled scenario.
-* :func:`domain_decodability` - can a linear classifier tell the domains (scanners) apart on a
-  sample with equal class composition across domains (standardisation fitted on the training part
-  only, 70/30 split, repeated draws), within a single class at a time, and with shuffled domain
-  labels (permutation baseline)?
-* :func:`between_domain_directions` / :func:`subspace_projection` - remove the top-k label-free
-  between-domain directions (principal directions of the domain means in source-standardised space),
-  retrain the source probe and report the change of in-domain and target macro-F1.
+* :func:`spearman_ci` - Spearman rho between in-domain and target scores across encoders, with a percentile
+  bootstrap CI over encoders (resamples whose ranks are constant are skipped).
+* :func:`paired_bootstrap_f1` - paired bootstrap of a macro-F1 difference on shared examples: resample the target
+  examples with replacement (B = 4000 by default), recompute both encoders' macro-F1 on the same resample (averaged
+  over source-split seeds when given ``(S, N)`` predictions), take the difference; percentile CI and a two-sided
+  bootstrap p.
+* :func:`mean_ci` - the mean of per-split values (the five source splits) with a percentile bootstrap CI over them
+  (a single split: the CI is the point).
+* :func:`effective_robustness` - the least-squares line of target on in-domain score over encoders, each encoder's
+  residual from it (effective robustness), and whether the in-domain spread is too small for the line to mean
+  anything (:data:`ER_MIN_SD`).
+* :func:`hierarchical_bootstrap` - a two-level bootstrap of a mean over a scenarios x encoders table: resample
+  scenarios, then encoders within each resampled scenario.
+* :func:`domain_decodability` - can a linear classifier tell the domains (scanners) apart on a sample with equal
+  class composition across domains (standardisation fitted on the training part only, 70/30 split, repeated draws),
+  within a single class at a time, and with shuffled domain labels (permutation baseline)?
+* :func:`between_domain_directions` / :func:`subspace_projection` - remove the top-k label-free between-domain
+  directions (principal directions of the domain means in source-standardised space), retrain the source probe and
+  report the change of in-domain and target macro-F1.
 """
 
 from __future__ import annotations
@@ -276,11 +275,10 @@ def domain_decodability(domains: Sequence[tuple[np.ndarray, np.ndarray]], *, dra
                         min_within: int = 10) -> dict[str, float]:
     """Domain decodability on a class-balanced sample, within one class, and with shuffled labels.
 
-    ``domains`` is a list of ``(features, class labels)``, one per domain. Returns mean accuracies
-    over ``draws``: ``domain_acc`` (all classes, equal composition across domains), ``within_class_acc``
-    (mean over classes with at least ``min_within`` samples per domain), ``permutation_acc`` (domain
-    labels shuffled before the split), ``class_acc`` (the class, decoded on the same sample) and
-    ``chance`` = 1 / number of domains.
+    ``domains`` is a list of ``(features, class labels)``, one per domain. Returns mean accuracies over ``draws``:
+    ``domain_acc`` (all classes, equal composition across domains), ``within_class_acc`` (mean over classes with at
+    least ``min_within`` samples per domain), ``permutation_acc`` (domain labels shuffled before the split),
+    ``class_acc`` (the class, decoded on the same sample) and ``chance`` = 1 / number of domains.
     """
     if len(domains) < 2:
         raise ValueError("domain decodability needs at least two domains")

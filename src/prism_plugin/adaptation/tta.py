@@ -1,13 +1,13 @@
 """Label-free test-time adaptation of one target batch (the audit's Sec. 5 and Suppl. A.12).
 
-All feature-statistics methods act on the features the probe sees. With source statistics
-``(mu_s, sd_s)`` (per-feature mean and population std of the source train features the probe was
-fitted on) and target statistics ``(mu_t, sd_t)`` estimated from the unlabelled batch, a target
-feature ``x`` is mapped to
+All feature-statistics methods act on the features the probe sees. With source statistics ``(mu_s, sd_s)``
+(per-feature mean and population std of the source train features the probe was fitted on) and target statistics
+``(mu_t, sd_t)`` estimated from the unlabelled batch, a target feature ``x`` is mapped to
 
     x' = mu_s + sd_s * (x - mu_t) / sd_t
 
-so a head that standardises with the source statistics (every head of :mod:`.heads`) sees exactly
+so a head that standardises with the source statistics (every head of
+:mod:`prism_plugin.heads.standardised`) sees exactly
 ``(x - mu_t) / sd_t``, the audit's re-standardisation, and a head without standardisation (the
 PRISM ``logistic``) sees the target moved into the source's coordinates. Where ``sd_t`` is 0 in a
 feature, ``sd_s`` is used there (the feature is only re-centred).
@@ -39,7 +39,7 @@ method         target statistics / action
                (1-NN) report NaN.
 =============  ====================================================================================
 
-Every method is a function ``method(X, inputs, *, base_proba, y_true, cache) -> Adapted`` registered
+Every method is a function ``method(X, inputs, *, base_proba, y_true, cache, meta) -> Adapted`` registered
 in the adaptation registry (``register_adaptation`` hook; the built-ins by
 :mod:`prism_plugin.adaptation.plugin`, in the order of :data:`BUILTIN_METHODS`); :func:`adapt`
 dispatches through it, so a plugin's method runs exactly like a built-in. A caller that adapts
@@ -50,11 +50,12 @@ many batches resolves the method once (:func:`resolve_method`) and runs it per b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from prism_plugin.adaptation.heads import head_space, linear_params
+from prism_plugin.heads.standardised import head_space, linear_params
 from prism_plugin.errors import PrismError
 from prism_plugin.metrics.core import softmax
 
@@ -227,14 +228,10 @@ def _evaluate(head, X) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(out.decision), np.asarray(out.proba, dtype=np.float64)
 
 
-# -- the built-in methods (registered by :mod:`prism_plugin.adaptation.plugin`) -------------
-#
-# Every method has the signature of the ``register_adaptation`` hook:
-# ``method(X, inputs, *, base_proba, y_true, cache) -> Adapted``. ``base_proba`` is the unadapted
-# head's probabilities on ``X``; ``y_true`` is ``None`` unless the method was registered with
-# ``needs_labels=True``; ``cache`` is shared by the methods run on the same batch.
+# -- the built-in methods (registered by :mod:`prism_plugin.adaptation.plugin`; contract:
+# docs/extending/register_adaptation.md) -----------------------------------------------------
 
-def tgtstd(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None) -> Adapted:
+def tgtstd(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None, meta=None) -> Adapted:
     """Re-standardise with the batch's own mean and std (feature BN / AdaBN-style)."""
     d, p = _evaluate(inputs.head, restandardise(X, batch_moments(X), inputs.source))
     return Adapted("tgtstd", p, d)
@@ -249,12 +246,12 @@ def _class_balanced(method: str, X, inputs: AdaptationInputs, base_proba, cache,
     return Adapted(method, p, d, mom.note)
 
 
-def cbr(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None) -> Adapted:
+def cbr(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None, meta=None) -> Adapted:
     """Class-balanced re-standardisation from the source probe's pseudo-labels."""
     return _class_balanced("cbr", X, inputs, base_proba, cache, True)
 
 
-def cbr_mean(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None) -> Adapted:
+def cbr_mean(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None, meta=None) -> Adapted:
     """CBR's class-balanced mean with the source std (first-moment ablation)."""
     return _class_balanced("cbr_mean", X, inputs, base_proba, cache, False)
 
@@ -266,7 +263,7 @@ def cbr_outputs(X, inputs: AdaptationInputs, base_proba, cache: dict) -> tuple[n
     return cache[("cbr", "cbr")]
 
 
-def oracle_cb(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None) -> Adapted:
+def oracle_cb(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None, meta=None) -> Adapted:
     """CBR with the true target labels: the labelled upper bound (not deployable)."""
     if y_true is None:
         return Adapted("oracle_cb", None, None, "needs the target labels")
@@ -281,14 +278,14 @@ def _bbse(method: str, probs: np.ndarray, inputs: AdaptationInputs) -> Adapted:
     return Adapted(method, bbse_adjust(probs, w), None, "w=" + ",".join(f"{v:.3g}" for v in w))
 
 
-def bbse(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None) -> Adapted:
+def bbse(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None, meta=None) -> Adapted:
     """Black-box shift estimation: re-weight the probabilities by the estimated prior ratio."""
     if inputs.val_pred is None or inputs.val_y is None:
         return Adapted("bbse", None, None, "needs a held-out source split (val)")
     return _bbse("bbse", base_proba, inputs)
 
 
-def cbr_bbse(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None) -> Adapted:
+def cbr_bbse(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None, meta=None) -> Adapted:
     """BBSE on the CBR-adapted probabilities (CBR reused through ``cache``)."""
     if inputs.val_pred is None or inputs.val_y is None:
         return Adapted("cbr_bbse", None, None, "needs a held-out source split (val)")
@@ -296,7 +293,7 @@ def cbr_bbse(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None
     return _bbse("cbr_bbse", cbr_outputs(X, inputs, base_proba, cache)[1], inputs)
 
 
-def shot_im(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None) -> Adapted:
+def shot_im(X, inputs: AdaptationInputs, *, base_proba, y_true=None, cache=None, meta=None) -> Adapted:
     """SHOT's information maximisation on the linear head (encoder frozen)."""
     head = inputs.head
     name = inputs.head_kind or getattr(head, "kind", type(head).__name__)
@@ -350,15 +347,17 @@ def resolve_method(method: str, host=None) -> Method:
 
 
 def run_method(method: Method, X: np.ndarray, inputs: AdaptationInputs, *, base_proba: np.ndarray | None = None,
-               y_true: np.ndarray | None = None, cache: dict | None = None) -> Adapted:
-    """Apply a resolved method to the target batch ``X``; ``y_true`` reaches it only when it was
-    registered with ``needs_labels=True`` (``oracle_cb``). Its output is checked."""
+               y_true: np.ndarray | None = None, cache: dict | None = None,
+               meta: Mapping[str, Any] | None = None) -> Adapted:
+    """Apply a resolved method to the target batch ``X``; ``y_true`` reaches it only when it was registered with
+    ``needs_labels=True`` (``oracle_cb``); ``meta`` (the task keys) read-only. Its output is checked."""
     cache = {} if cache is None else cache
     if base_proba is None:
         base_proba = _evaluate(inputs.head, X)[1]
     labels = y_true if method.needs_labels else None
     try:
-        out = method.fn(X, inputs, base_proba=base_proba, y_true=labels, cache=cache)
+        out = method.fn(X, inputs, base_proba=base_proba, y_true=labels, cache=cache,
+                        meta=MappingProxyType(dict(meta or {})))
     except PrismError:
         raise
     except Exception as exc:
@@ -378,7 +377,9 @@ def run_method(method: Method, X: np.ndarray, inputs: AdaptationInputs, *, base_
 
 
 def adapt(method: str, X: np.ndarray, inputs: AdaptationInputs, *, base_proba: np.ndarray | None = None,
-          y_true: np.ndarray | None = None, cache: dict | None = None, host=None) -> Adapted:
+          y_true: np.ndarray | None = None, cache: dict | None = None, meta: Mapping[str, Any] | None = None,
+          host=None) -> Adapted:
     """Apply the registered adaptation ``method`` to the target batch ``X``: :func:`resolve_method`
     in the registry of ``host`` (default: the shared host), then :func:`run_method`."""
-    return run_method(resolve_method(method, host), X, inputs, base_proba=base_proba, y_true=y_true, cache=cache)
+    return run_method(resolve_method(method, host), X, inputs, base_proba=base_proba, y_true=y_true, cache=cache,
+                      meta=meta)

@@ -1,8 +1,8 @@
 """prism-run subcommands, one module each, registered through ``register_commands`` like a plugin's.
 
 Each module defines ``add_parser(subparsers) -> ArgumentParser`` and ``run(args) -> int``. The CLI
-(:mod:`prism_plugin.cli`) builds ``prism-run NAME ...`` from the command registry
-(``host.commands``), so a third-party plugin adds a subcommand with::
+(:mod:`prism_plugin.cli`) builds ``prism-run NAME ...`` from the command registry (``host.commands``), so a
+third-party plugin adds a subcommand with::
 
     @hookimpl
     def register_commands(register):

@@ -1,20 +1,11 @@
 """``prism-run audit RESULTS_DIR...``: the hematology acquisition-shift audit's tables.
 
-Combines results directories written by ``prism-run`` (any number of models, transfer tasks and
-probe heads; found by :func:`prism_plugin.tables.find_runs_files`, a group folder read through its
-members) and writes, under ``--output`` (default: ``<first RESULTS_DIR>/audit``),
-one CSV per table of :data:`prism_plugin.adaptation.audit.TABLES` (``rank_matrix.csv``,
-``rank_transfer.csv``, ``exposure.csv``, ``effective_robustness.csv``, ``calibration_transfer.csv``,
-``calibration_summary.csv``, ``reliability.csv``, ``adaptation_full.csv``,
-``adaptation_scenarios.csv``, ``adaptation_methods.csv``, ``selector_regret.csv``,
-``selector_summary.csv``, ``paired_bootstrap.csv``, ``per_class_recall.csv``, ``confusion.csv``,
-``mechanism.csv``, ``diagnostics.csv``; empty tables are skipped), ``audit.json`` (headline numbers,
-the tables written and notes), ``audit.md`` (the audit sections and a list of the tables written)
-and the report of those runs,
-``report.html`` + ``report.md`` (every report plugin's sections, the audit's among them, with
-figures in ``figures/``). The tables are computed by the audit's summary plugin
-(:mod:`prism_plugin.adaptation.audit_plugin`, summary stems ``audit_<table>``); see
-:mod:`prism_plugin.adaptation.audit` for what each table holds.
+Combines results directories written by ``prism-run`` (any number of models, transfer tasks and probe heads; a
+group folder read through its members) and writes, under ``--output`` (default: ``<first RESULTS_DIR>/audit``), one
+CSV per non-empty table of :data:`prism_plugin.studies.hematology.tables.TABLES`, ``audit.json`` (headline numbers,
+the tables written and notes), ``audit.md`` (the audit sections and the list of tables) and the report of those
+runs (``report.html`` + ``report.md``, figures in ``figures/``). The study itself is
+:mod:`prism_plugin.studies.hematology` (summary stems ``audit_<table>``).
 """
 
 from __future__ import annotations
@@ -49,11 +40,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from prism_plugin.adaptation import audit, audit_plugin
     from prism_plugin.commands import host_of
     from prism_plugin.report.build import (FIGURES, build_view, compute_summaries, models_title, probes_apart,
                                            summary_options, write_view)
-    from prism_plugin.results import atomic_write_text, dumps, write_csv
+    from prism_plugin.storage import atomic_write_text, dumps, write_csv
+    from prism_plugin.studies.hematology import plugin as audit_plugin
+    from prism_plugin.studies.hematology.inputs import result_files
+    from prism_plugin.studies.hematology.sections import is_audit_section, stem, to_markdown
     from prism_plugin.summaries.engine import plugin_name_of, run_summaries
     from prism_plugin.tables import tables_from_results
 
@@ -70,7 +63,7 @@ def run(args) -> int:
     name = plugin_name_of(host, audit_plugin)
     if name is None:
         raise PrismError("the audit plugin is disabled (--disable audit); enable it to run `prism-run audit`")
-    files = audit.result_files(args.results_dirs)
+    files = result_files(args.results_dirs)
     dirs = [f.parent for f in files]
     run_tables = tables_from_results(files, host)
     # the report's option defaults (band metrics, binary logit convention), for every summary
@@ -89,14 +82,13 @@ def run(args) -> int:
     headline = summaries.headline["audit"]  # audit.json: the headline numbers, the tables written, the notes
     out = args.output or (args.results_dirs[0] / "audit")
     for table in headline["tables"]:
-        write_csv(out / f"{table}.csv", summaries.tables[audit_plugin.stem(table)])
+        write_csv(out / f"{table}.csv", summaries.tables[stem(table)])
     atomic_write_text(out / "audit.json", dumps(headline))
     view = build_view(out, host, sources=dirs, run_tables=run_tables, summaries=summaries, tables_dir=out,
                       options={**options, "audit": audit_opts},
                       title=models_title("Acquisition-shift audit", headline["models"]))
     target, sections = write_view(view, host)
-    audit_md = audit_plugin.to_markdown([s for s in sections if audit_plugin.is_audit_section(s)], headline, FIGURES)
-    atomic_write_text(out / "audit.md", audit_md.rstrip("\n") + "\n\n" + audit.tables_markdown(headline["tables"]))
+    atomic_write_text(out / "audit.md", to_markdown([s for s in sections if is_audit_section(s)], headline, FIGURES))
     print(f"audit of {headline['n_runs']} runs ({len(headline['models'])} models, {len(headline['tasks'])} tasks): "
           f"{', '.join(headline['tables'])}")
     for note in headline["notes"]:

@@ -1,16 +1,14 @@
 """``prism-run cache ls|verify|rm``: inspect, re-check and prune the embedding cache.
 
-* ``ls`` lists every entry with its state (complete, partial = an interrupted
-  extraction that the next run resumes, extracting = another process holds its
-  lock), size, shape and provenance (task, split, adapter, creation time).
-* ``verify`` re-computes the checksums of complete entries (and of the shards
-  of partial ones) against their manifests; ``--delete-corrupt`` removes what
-  fails so the next run re-extracts it. Exit status 1 when anything is corrupt.
-* ``rm`` removes entries selected by key prefix, ``--task``, ``--adapter``,
-  ``--partial`` or ``--all``. Removal takes the entry's lock (so it never
-  deletes an extraction in progress: such entries are skipped and reported) and
-  renames the folder away before deleting it, so a run reading the cache at the
-  same moment sees the entry either whole or gone and recomputes it if needed.
+* ``ls`` lists every entry with its state (complete, partial = an interrupted extraction that the next run resumes,
+  extracting = another process holds its lock), size, shape and provenance (task, split, adapter, creation time).
+* ``verify`` re-computes the checksums of complete entries (and of the shards of partial ones) against their
+  manifests; ``--delete-corrupt`` removes what fails so the next run re-extracts it. Exit status 1 when anything is
+  corrupt.
+* ``rm`` removes entries selected by key prefix, ``--task``, ``--adapter``, ``--partial`` or ``--all``. Removal
+  takes the entry's lock (so it never deletes an extraction in progress: such entries are skipped and reported) and
+  renames the folder away before deleting it, so a run reading the cache at the same moment sees the entry either
+  whole or gone and recomputes it if needed.
 """
 
 from __future__ import annotations

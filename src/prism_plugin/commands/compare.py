@@ -1,26 +1,21 @@
 """``prism-run compare``: rank your model(s) among the reference models by CRI.
 
-``prism-run compare RESULTS_DIR... [--fraction F] [--reference DIR]
-[--aggregation A] [--ood-stability X]`` reads every ``runs.csv`` under the
-given results directories (in-distribution runs give AUROC and scaled ECE,
-transfer runs give OOD stability), puts your models beside the reference
-models (``--reference DIR`` with the results_v2 layout, else the pulled copy,
-else the paper tables shipped in :mod:`prism_plugin.reference_data`) and prints
-them ranked by the CRI of PROTOCOL §6.2 with its three components beside it.
+``prism-run compare RESULTS_DIR... [--fraction F] [--reference DIR] [--aggregation A] [--ood-stability X]`` reads
+every ``runs.csv`` under the given results directories (in-distribution runs give AUROC and scaled ECE, transfer
+runs give OOD stability), puts your models beside the reference models (``--reference DIR`` with the results_v2
+layout, else the pulled copy, else the paper tables shipped in :mod:`prism_plugin.reference_data`) and prints them
+ranked by the CRI of PROTOCOL §6.2 with its three components beside it.
 
-Only a model measured on the reference datasets is ranked: a model whose in-distribution runs are
-on none of them (e.g. the offline demo's synthetic tiles) is **not comparable** — it is listed below
-the ranking with its numbers, unranked, and one line says why (:func:`comparability`). A model with
-runs on reference datasets and on others is ranked on the reference datasets only (its transfer pairs
-likewise), said in a note.
+Only a model measured on the reference datasets is ranked: a model whose in-distribution runs are on none of them
+(e.g. the offline demo's synthetic tiles) is **not comparable** — it is listed below the ranking with its numbers,
+unranked, and one line says why (:func:`comparability`). A model with runs on reference datasets and on others is
+ranked on the reference datasets only (its transfer pairs likewise), said in a note.
 
-A model without a measured OOD stability (no transfer runs at 100 % labels, or
-none whose source has an in-distribution run) gets the mean stability of the
-reference models, flagged as imputed, unless ``--ood-stability`` gives a value.
-For each of your transfer pairs it also prints what the target-side
-temperatures say: raw ECE, ECE after the source-fitted T, after the oracle T
-(fitted on the target test itself: an upper bound, not deployable), and after a
-few-shot target T for each K.
+A model without a measured OOD stability (no transfer runs at 100 % labels, or none whose source has an
+in-distribution run) gets the mean stability of the reference models, flagged as imputed, unless
+``--ood-stability`` gives a value. For each of your transfer pairs it also prints what the target-side temperatures
+say: raw ECE, ECE after the source-fitted T, after the oracle T (fitted on the target test itself: an upper bound,
+not deployable), and after a few-shot target T for each K.
 """
 
 from __future__ import annotations
@@ -40,7 +35,6 @@ from prism_plugin.tables import RunTables, tables_from_results
 #: How close (absolute ECE) a few-shot T must come to the oracle to count as "recovered".
 FEWSHOT_TOLERANCE = 0.02
 INDOMAIN_COLUMNS = ["model", "dataset", "fraction", "seed", "auroc", "ece_fixed", "ece_scaled_fixed"]
-TRANSFER_COLUMNS = ["model", "src", "tgt", "pair", "fraction", "seed", "auroc"]
 YOURS = " *"
 #: Described metrics (``register_metrics`` compare=True) that the table already shows.
 BUILTIN_COMPARE = frozenset({"auroc", "ece_fixed", "ece_scaled_fixed"})
@@ -83,11 +77,10 @@ def _subset(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 
 
 def _model_aggregates(indomain: pd.DataFrame, fraction: float, column: str, how: str = "mean") -> pd.Series:
-    """Per model: the mean over its datasets of the seed aggregate (``how``, a description's
-    aggregation; PROTOCOL §6.2 uses the seed mean) of ``column`` at ``fraction``; models without a
-    value are absent."""
-    from prism_plugin.results import AGGREGATORS
-    from prism_plugin.summaries.cri import fraction_mask
+    """Per model: the mean over its datasets of the seed aggregate (``how``, a description's aggregation; PROTOCOL
+    §6.2 uses the seed mean) of ``column`` at ``fraction``; models without a value are absent."""
+    from prism_plugin.aggregation import AGGREGATORS
+    from prism_plugin.summaries.conventions import fraction_mask
 
     rows = indomain.loc[fraction_mask(indomain, fraction)]
     if "dataset" not in rows.columns:
@@ -98,8 +91,8 @@ def _model_aggregates(indomain: pd.DataFrame, fraction: float, column: str, how:
 
 
 def compare_metrics(host, indomain: pd.DataFrame) -> list:
-    """Described metrics to show beyond the built-in columns: ``compare=True``, present (with a
-    value) in the user's in-distribution runs."""
+    """Described metrics to show beyond the built-in columns: ``compare=True``, present (with a value) in the
+    user's in-distribution runs."""
     from prism_plugin.metrics.descriptions import described_metrics
 
     out = []
@@ -166,7 +159,7 @@ def _fewshot_ks(columns) -> list[int]:
 
 def transfer_report(model: str, indomain: pd.DataFrame, transfer: pd.DataFrame, fraction: float) -> list[str]:
     """Per pair of ``model``: target AUROC, stability term, and what each temperature does to target ECE."""
-    from prism_plugin.summaries.cri import fraction_mask, fractions_present
+    from prism_plugin.summaries.conventions import fraction_mask, fractions_present
 
     t_all = transfer.loc[transfer["model"] == model]
     present = fractions_present(t_all)
@@ -239,9 +232,10 @@ def _not_comparable_reason(datasets: list[str], reference: list[str]) -> str:
 
 # --------------------------------------------------------------------------- command
 def run(args) -> int:
-    from prism_plugin.commands.reference import format_table, resolve_reference
+    from prism_plugin.commands.reference import resolve_reference
     from prism_plugin.reference_data import PAPER_CRI_FRACTIONS
     from prism_plugin.summaries import cri
+    from prism_plugin.summaries.conventions import fraction_mask, fractions_present, model_order
 
     fraction = float(args.fraction)
     if not (0.0 < fraction <= 1.0):
@@ -263,22 +257,29 @@ def run(args) -> int:
             f"--fraction {fraction:g}: the paper tables shipped with prism-plugin give the reference CRI only at "
             "100 % labels; pass --reference DIR (results_v2 layout) or run `prism-run reference pull`"
         )
-    ref_ind, ref_tr = ref.tables.indomain, ref.tables.transfer
-    ref_models = cri.model_order(ref_ind["model"].astype(str))
+    ref_models = model_order(ref.tables.indomain["model"].astype(str))
     renames = _rename_collisions(user, set(ref_models))
-    user_ind = user.indomain
-    user_models = cri.model_order(user_ind["model"].astype(str))
-    at_f = cri.fraction_mask(user_ind, fraction)
-    if not at_f.any():
-        have = ", ".join(f"{x:g}" for x in cri.fractions_present(user_ind))
+    user_models = model_order(user.indomain["model"].astype(str))
+    if not fraction_mask(user.indomain, fraction).any():
+        have = ", ".join(f"{x:g}" for x in fractions_present(user.indomain))
         raise PrismError(f"--fraction {fraction:g}: your in-distribution runs have no runs at that fraction "
                          f"(they have {have})")
     notes: list[str] = list(ref.notes)
     for old, new in renames.items():
         notes.append(f"your model {old!r} shares a reference model's name; shown as {new!r}")
+    ref_datasets = list(dict.fromkeys(ref.tables.indomain["dataset"].astype(str)))
+    user_ind, reasons = _on_reference_datasets(user, ref_datasets, user_models, notes)
+    resolved = _stability(args, user, user_ind, ref, ref_models, user_models, notes)
+    ranked, extra = _ranking(args, host, fraction, ref.tables.indomain, user_ind, resolved, reasons, user_models, notes)
+    _print_ranking(args, ref.label, fraction, ranked, extra, ref_models, user_models, user, user_ind, reasons, notes)
+    return 0
 
-    # ---- comparability: only runs on the reference datasets are ranked
-    ref_datasets = list(dict.fromkeys(ref_ind["dataset"].astype(str)))
+
+def _on_reference_datasets(user, ref_datasets: list[str], user_models: list[str],
+                           notes: list[str]) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Only runs on the reference datasets are ranked: (your in-distribution runs kept, why each model with no run
+    on a reference dataset is not comparable); ``user.transfer`` keeps the pairs between them."""
+    user_ind = user.indomain
     others = comparability(user_ind, ref_datasets, user_models)
     user_ds = {m: set(user_ind.loc[user_ind["model"].astype(str) == m, "dataset"].astype(str)) for m in user_models}
     not_comparable = [m for m in user_models if others[m] and set(others[m]) == user_ds[m]]
@@ -308,12 +309,20 @@ def run(args) -> int:
             notes.append(f"transfer pairs outside the reference datasets left out of the OOD stability: "
                          f"{', '.join(dropped[:4])}{', …' if len(dropped) > 4 else ''}")
             user.transfer = tr.loc[~drop].reset_index(drop=True)
+    return user_ind, reasons
 
-    # ---- OOD stability: measured, user-given, or the reference mean (imputed)
+
+def _stability(args, user, user_ind: pd.DataFrame, ref, ref_models: list[str], user_models: list[str],
+               notes: list[str]) -> pd.DataFrame:
+    """OOD stability of every model: measured, given with --ood-stability, or the reference mean (imputed)."""
+    from prism_plugin.summaries import cri
+    from prism_plugin.summaries.conventions import fraction_mask
+
+    ref_ind, ref_tr = ref.tables.indomain, ref.tables.transfer
     ref_stab = cri.ood_stability(ref_ind, ref_tr) if ref_tr is not None else pd.Series(dtype=float)
     user_stab = pd.Series(dtype=float)
     if user.transfer is not None:
-        if not cri.fraction_mask(user.transfer, cri.STABILITY_FRACTION).any():
+        if not fraction_mask(user.transfer, cri.STABILITY_FRACTION).any():
             notes.append("your transfer runs lack fraction 1.0, where OOD stability is defined (PROTOCOL §6.1)")
         else:
             pairs = cri.ood_pairs(user_ind, user.transfer)
@@ -335,6 +344,14 @@ def run(args) -> int:
             notes.append(f"{m}: OOD stability {resolved.at[m, 'ood_stability']:.4f} from --ood-stability (imputed)")
         elif src == "none":
             notes.append(f"{m}: no OOD stability measured and no reference to impute from: CRI not computed")
+    return resolved
+
+
+def _ranking(args, host, fraction: float, ref_ind: pd.DataFrame, user_ind: pd.DataFrame, resolved: pd.DataFrame,
+             reasons: dict[str, str], user_models: list[str], notes: list[str]) -> tuple[pd.DataFrame, list]:
+    """The CRI table of every model, comparable ones ranked first, with the described plugin metrics
+    (``compare=True``: your models' values; the reference models have none)."""
+    from prism_plugin.summaries import cri
 
     combined = pd.concat([_subset(ref_ind, INDOMAIN_COLUMNS), _subset(user_ind, INDOMAIN_COLUMNS)],
                          ignore_index=True)
@@ -343,9 +360,8 @@ def run(args) -> int:
     table["stability_source"] = resolved["source"].reindex(table.index).replace(
         {"measured": "measured", "default": "imputed (ref. mean)", "user": "imputed (user)", "mean": "imputed (mean)",
          "none": "none"})
-    col = f"cri_{args.aggregation}"
-    ranked = cri.rank_by_cri(table.loc[[m for m in table.index if m not in not_comparable]], args.aggregation)
-    unranked = table.loc[[m for m in table.index if m in not_comparable]].copy()
+    ranked = cri.rank_by_cri(table.loc[[m for m in table.index if m not in reasons]], args.aggregation)
+    unranked = table.loc[[m for m in table.index if m in reasons]].copy()
     if len(unranked):
         unranked = cri.rank_by_cri(unranked, args.aggregation)
         unranked["rank"] = np.nan
@@ -354,7 +370,6 @@ def run(args) -> int:
     ranked["not_comparable_reason"] = ""
     unranked["not_comparable_reason"] = [reasons[m] for m in unranked.index]
     ranked = pd.concat([ranked, unranked]) if len(unranked) else ranked
-    # ---- described plugin metrics (compare=True): your models' values; the reference models have none
     extra_columns: list[tuple[str, str]] = []
     for d in compare_metrics(host, user_ind):
         name = d.column if d.column not in ranked.columns else f"metric_{d.column}"
@@ -369,9 +384,16 @@ def run(args) -> int:
         if m in ranked.index and not np.isfinite(ranked.at[m, "ece_scaled"]):
             notes.append(f"{m}: CRI not computed: no scaled ECE at {fraction * 100:g} % (its in-distribution runs "
                          "have no validation split to fit the temperature on)")
+    return ranked, extra_columns
 
-    # ---- print
-    print(f"reference: {ref.label}")
+
+def _print_ranking(args, ref_label: str, fraction: float, ranked: pd.DataFrame, extra_columns: list,
+                   ref_models: list[str],
+                   user_models: list[str], user, user_ind: pd.DataFrame, reasons: dict[str, str],
+                   notes: list[str]) -> None:
+    from prism_plugin.commands.reference import format_table
+
+    print(f"reference: {ref_label}")
     print(f"\nCRI ranking at {fraction * 100:g} % labels (aggregation: {args.aggregation}; OOD stability at "
           f"100 %; {len(ref_models)} reference models; * = yours):")
     shown = ranked.loc[ranked["comparable"]].copy()
@@ -381,16 +403,17 @@ def run(args) -> int:
         labels.append(f"{rk:>3} {m}{YOURS if m in user_models else ''}")
     shown.index = labels
     columns = [("auroc", "AUROC"), ("ece", "ECE"), ("ece_scaled", "ECE(T)"), ("ood_stability", "OOD stab."),
-               ("stability_source", "stability"), (col, f"CRI ({args.aggregation})"), *extra_columns]
+               ("stability_source", "stability"), (f"cri_{args.aggregation}", f"CRI ({args.aggregation})"),
+               *extra_columns]
     print(format_table(shown, columns, index_label="rank model"))
-    if not_comparable:
-        print(f"\nNot comparable, not ranked ({len(not_comparable)}: no run on a reference dataset; numbers on "
+    if reasons:
+        print(f"\nNot comparable, not ranked ({len(reasons)}: no run on a reference dataset; numbers on "
               "their own datasets):")
         apart = ranked.loc[~ranked["comparable"]].copy()
         apart.index = [f"  - {m}{YOURS}" for m in apart.index]
         print(format_table(apart, columns, index_label="rank model"))
-        for m in not_comparable:
-            print(f"not comparable: {m}: not ranked: {reasons[m]}")
+        for m, why in reasons.items():
+            print(f"not comparable: {m}: not ranked: {why}")
     if user.transfer is not None:
         for m in user_models:
             if m in set(user.transfer["model"].astype(str)):
@@ -400,11 +423,10 @@ def run(args) -> int:
     for note in notes:
         print(f"note: {note}")
     if args.output is not None:
-        from prism_plugin.results import write_csv
+        from prism_plugin.storage import write_csv
 
         write_csv(args.output, ranked, index=True)
         print(f"wrote {args.output}")
-    return 0
 
 
 __all__ = ["add_parser", "compare_metrics", "run", "transfer_report"]

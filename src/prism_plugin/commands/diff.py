@@ -6,15 +6,15 @@ and is the difference real?
     prism-run diff RESULTS_A RESULTS_B [--output DIR] [--level 0.95]
                    [--fail-on METRIC]... [--tol [METRIC=]VALUE]... [--ignore-noise]
 
-Runs are matched by task and run identity (fraction, seed, split seed, probe), not by model; every
-metric on both sides gets its delta (B − A) with a CI, per run and per seed-mean cell, and a verdict
-(better / worse beyond noise, within noise); the rules are in :mod:`prism_plugin.diffing`. The console
-shows the seed-mean cells as Markdown; ``--output DIR`` writes ``diff.md``, ``diff.html`` (self-contained)
-and ``diff.csv`` (every run, cell and metric) there, never into A or B.
+Runs are matched by task and run identity (fraction, seed, split seed, probe), not by model; every metric on both
+sides gets its delta (B − A) with a CI, per run and per seed-mean cell, and a verdict (better / worse beyond noise,
+within noise); the rules are in :mod:`prism_plugin.diffing`. The console shows the seed-mean cells as Markdown;
+``--output DIR`` writes ``diff.md``, ``diff.html`` (self-contained) and ``diff.csv`` (every run, cell and metric)
+there, never into A or B.
 
-Exit status (for an FM team's CI): 1 when a metric chosen by ``--fail-on`` (or named by ``--tol
-METRIC=VALUE``) is worse than A by more than its tolerance (default 0) and beyond noise in some seed-mean
-cell (``--ignore-noise``: on the point estimate alone); 2 for bad input; 0 otherwise.
+Exit status (for an FM team's CI): 1 when a metric chosen by ``--fail-on`` (or named by ``--tol METRIC=VALUE``) is
+worse than A by more than its tolerance (default 0) and beyond noise in some seed-mean cell (``--ignore-noise``: on
+the point estimate alone); 2 for bad input; 0 otherwise.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ VERDICT_MARK = {"better": "**better**", "worse": "**worse**"}
 
 def cell_title(r, columns, varying=("probe", "split_seed", "sweep_key", "model")) -> str:
     """``task · 50 % labels · seeds 1, 2`` (the probe, split seed, sweep and model where they vary)."""
-    from prism_plugin.diffing import pct
+    from prism_plugin.quality import pct
 
     columns = [c for c in columns if c in ("task", "fraction", "seed") or c in varying]
     parts = [str(r["task"])]
@@ -140,7 +140,8 @@ def cell_title(r, columns, varying=("probe", "split_seed", "sweep_key", "model")
 
 
 def render_markdown(result, failures, chosen, ignore_noise: bool, host=None) -> str:
-    from prism_plugin.diffing import NONE, PAIRED, key_text
+    from prism_plugin.diff_intervals import NONE, PAIRED
+    from prism_plugin.diffing import key_text
 
     a, b, m = result.a, result.b, result.match
     infos = {i.column: i for i in result.metrics}
@@ -262,7 +263,7 @@ def render_html(md: str) -> str:
     """The page: the report's style, the Markdown as HTML, and the report's table script (sorting, CSV
     links; the page reads the same without it)."""
     from prism_plugin.report import markdown
-    from prism_plugin.report.build import CSS
+    from prism_plugin.report.render import CSS
 
     body = md.split("\n", 1)[1] if md.startswith("# ") else md
     script = getattr(markdown, "TABLE_SCRIPT", "")
@@ -272,7 +273,7 @@ def render_html(md: str) -> str:
 # --------------------------------------------------------------------------- command
 def run(args) -> int:
     from prism_plugin.diffing import diff, gate, load_side
-    from prism_plugin.results import atomic_write_text, write_csv
+    from prism_plugin.storage import atomic_write_text, write_csv
 
     host = host_of(args)
     out = _check_output(args.output, args.a, args.b) if args.output is not None else None

@@ -5,12 +5,10 @@
     prism-run findings RESULTS_DIR... [--output OUT]      # your results (several dirs combine)
     prism-run findings --reference DIR [--output OUT]     # the published results_v2 tables
 
-Every ``summarize`` plugin runs on the per-run tables; each table is written as
-``OUT/<stem>.csv`` under the file name and columns the published results_v2
-directory uses (so ``OUT`` can be diffed against it file by file), plus
-``OUT/findings.json`` (headline numbers, and notes saying which statistics are
-not defined and why) and, unless ``--no-report``, ``OUT/report.html`` /
-``OUT/report.md`` over all the runs given.
+Every ``summarize`` plugin runs on the per-run tables; each table is written as ``OUT/<stem>.csv`` under the file
+name and columns the published results_v2 directory uses (so ``OUT`` can be diffed against it file by file), plus
+``OUT/findings.json`` (headline numbers, and notes saying which statistics are not defined and why) and, unless
+``--no-report``, ``OUT/report.html`` / ``OUT/report.md`` over all the runs given.
 """
 
 from __future__ import annotations

@@ -5,12 +5,11 @@
     prism-run geometry --task prism_demo --model demo_vit --model timm:vit_tiny_patch16_224 \\
         --model-args pretrained=false --output prism_results   # options of the model before them
 
-For each task, the ``--split`` (default ``test``) embeddings of every model are
-read from the embedding cache (missing ones are extracted and cached, exactly as
-a run would), and the models × models alignment matrix is printed and written to
-``OUT/geometry/alignment_<dataset>.csv`` (+ ``.json`` with k, N, metric and the
-chance level). A report written for ``OUT`` (``prism-run sensitivity OUT`` or
-``prism-run findings``) shows it as a heatmap.
+For each task, the ``--split`` (default ``test``) embeddings of every model are read from the embedding cache
+(missing ones are extracted and cached, exactly as a run would), and the models × models alignment matrix is
+printed and written to ``OUT/geometry/alignment_<dataset>.csv`` (+ ``.json`` with k, N, metric and the chance
+level). A report written for ``OUT`` (``prism-run sensitivity OUT`` or ``prism-run findings``) shows it as a
+heatmap.
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ def _safe(text: str) -> str:
 def run(args) -> int:
     from prism_plugin.commands.model_args import model_specs
     from prism_plugin.commands import check_extraction_args, host_of
-    from prism_plugin.results import atomic_write_text, write_csv
+    from prism_plugin.storage import atomic_write_text, write_csv
     from prism_plugin.runner import JobOptions, make_adapter
     from prism_plugin.summaries.geometry import alignment_matrix, load_model_embeddings, subsample
     from prism_plugin.tasks.index import default_index

@@ -1,18 +1,17 @@
 """``prism-run ls [REGISTRY]``: what is available, and where each entry comes from.
 
-Every catalogue of prism-plugin is a registry that plugins fill (see :mod:`prism_plugin.plugins`);
-``prism-run ls`` lists the registries, ``prism-run ls NAME`` one of them with each entry's origin
-(the plugin's distribution, or "built in"), aliases and description, plus per registry:
+Every catalogue of prism-plugin is a registry that plugins fill (see :mod:`prism_plugin.plugins`); ``prism-run ls``
+lists the registries, ``prism-run ls NAME`` one of them with each entry's origin (the plugin's distribution, or
+"built in"), aliases and description, plus per registry:
 
-* ``adapters``: embedding dimension, input size, preprocessing (``resize/crop interpolation
-  mean-std``), licence and pretraining data, from what the adapter declared at registration
-  (``dim``, ``input``, ``preprocessing``, ``licence``, ``pretraining_data``) or else from the adapter
-  class's attributes (``pretraining_data``: ``-`` = not declared, ``none`` = declared empty). No model is built and no heavy library
-  is imported; families (``timm:<name>``) are "per model"; "at build" means the adapter learns it
-  when it builds its network.
-* ``heads``: traits (``seed_invariant``, ``linear``); ``adaptation``: role and whether it runs by
-  default; ``metrics``: direction, aggregation and where the column is used; ``tables``: file and
-  required columns; ``task-keys``: the task kinds that take the key.
+* ``adapters``: embedding dimension, input size, preprocessing (``resize/crop interpolation mean-std``), licence
+  and pretraining data, from what the adapter declared at registration (``dim``, ``input``, ``preprocessing``,
+  ``licence``, ``pretraining_data``) or else from the adapter class's attributes (``pretraining_data``: ``-`` = not
+  declared, ``none`` = declared empty). No model is built and no heavy library is imported; families
+  (``timm:<name>``) are "per model"; "at build" means the adapter learns it when it builds its network.
+* ``heads``: traits (``seed_invariant``, ``linear``); ``adaptation``: role and whether it runs by default;
+  ``metrics``: direction, aggregation and where the column is used; ``tables``: file and required columns;
+  ``task-keys``: the task kinds that take the key.
 * ``tasks`` / ``groups``: the task catalogue with each file; ``plugins``: every plugin and its hooks.
 """
 
@@ -24,7 +23,7 @@ from typing import Any, Callable, NamedTuple
 
 from prism_plugin.commands import host_of, print_rows
 from prism_plugin.errors import UnknownNameError
-from prism_plugin.metrics.descriptions import USES
+from prism_plugin.metrics.descriptions import USES, in_declared_order
 
 ALIASES = {"task_keys": "task-keys", "probe-heads": "heads", "probes": "heads", "models": "adapters"}
 
@@ -66,10 +65,9 @@ def adapter_facts(entry) -> dict[str, str]:
     """``dim``, ``input``, ``preprocessing``, ``licence`` and ``pretraining`` of an adapter entry, as
     ``ls adapters`` shows them.
 
-    Registration meta first; else the attributes of the adapter class (a FoundationAdapter's
-    default pooling width and default profile, a plain Adapter's ``embed_dim`` and
-    ``preprocessing``, ``pretraining_data``); the input size is the preprocessing's crop; families
-    are "per model". Nothing is built or imported.
+    Registration meta first; else the attributes of the adapter class (a FoundationAdapter's default pooling width
+    and default profile, a plain Adapter's ``embed_dim`` and ``preprocessing``, ``pretraining_data``); the input
+    size is the preprocessing's crop; families are "per model". Nothing is built or imported.
     """
     meta = entry.meta
     family = entry.name.endswith(":")
@@ -217,6 +215,7 @@ class Listing(NamedTuple):
     columns: tuple[Column, ...] = ()
     lister: Callable[[Any, Any], None] | None = None
     by_name: bool = False  # rows sorted by name (else registration order)
+    order: Callable[[list], list] | None = None  # the registry's own order of its entries
 
 
 def _metric_uses(info) -> str:
@@ -266,8 +265,9 @@ LISTINGS: dict[str, Listing] = {
         ("head", lambda e: e.name), ("seed_invariant", lambda e: _yes(e.meta.get("seed_invariant"))),
         ("linear", lambda e: _yes(e.meta.get("linear"))), ALIASES_COLUMN,
         ("description", lambda e: _first_line(e.description or getattr(_loaded(e), "__doc__", "") or "")))),
-    "sources": Listing("sources", "dataset readers (a task's source.type)", (
-        ("source", lambda e: e.name), ALIASES_COLUMN, DESCRIPTION_COLUMN, ("class", _object_path))),
+    "sources": Listing("sources", "dataset readers (a task's source.type): images, or features", (
+        ("source", lambda e: e.name), ("kind", lambda e: e.meta.get("kind", "images")), ALIASES_COLUMN,
+        DESCRIPTION_COLUMN, ("class", _object_path))),
     "adaptation": Listing(
         "adaptation", "test-time adaptation methods, analyses and diagnostics (a task's adaptation:)", (
             ("adaptation", lambda e: e.name), ("role", lambda e: e.meta.get("role", "method")),
@@ -277,7 +277,7 @@ LISTINGS: dict[str, Listing] = {
         ("metric", lambda e: e.name), ("direction", lambda e: e.obj.direction or "-"),
         ("aggregation", lambda e: e.obj.aggregation), ("used in", lambda e: _metric_uses(e.obj)),
         ("display", lambda e: e.obj.display or "-"), ALIASES_COLUMN,
-        ("description", lambda e: _first_line(e.description or e.obj.description)))),
+        ("description", lambda e: _first_line(e.description or e.obj.description))), order=in_declared_order),
     "tables": Listing("tables", "per-run table kinds of the results layout: file and required columns", (
         ("table", lambda e: e.name), ("file", lambda e: e.obj.file),
         ("required columns", lambda e: ", ".join(e.obj.required_columns) or "-"), ALIASES_COLUMN,
@@ -310,6 +310,8 @@ def _list(host, args, name: str) -> None:
     entries = host.registry(listing.registry).entries()
     if listing.by_name:
         entries = sorted(entries, key=lambda e: e.name)
+    elif listing.order is not None:
+        entries = listing.order(entries)
     header = tuple(h for h, _cell in listing.columns) + ("from",)
     rows = [tuple(cell(e) for _h, cell in listing.columns) + (e.origin,) for e in entries]
     print_rows(header, rows)

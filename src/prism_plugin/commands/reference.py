@@ -1,17 +1,14 @@
 """``prism-run reference``: the eight reference models' CRI, and ``reference pull``.
 
-* ``prism-run reference [--fraction F] [--reference DIR] [--output OUT]`` reads
-  per-run tables with the published ``results_v2`` layout (``--reference DIR``,
-  else the copy ``reference pull`` put in the user cache), runs the CRI summary
-  plugin (PROTOCOL §6.1-6.4) on them, prints the CRI of every model under the
-  four aggregation rules and writes ``cri_variants_100.csv``,
-  ``cri_variants_1.csv``, ``cri_components.csv`` and
-  ``camelyon17_cri_components.csv`` with the published names and columns. With
-  neither, it prints the 100 %-label CRI formed from the paper's appendix
-  tables shipped in :mod:`prism_plugin.reference_data` and says what they cover.
-* ``prism-run reference pull`` downloads the published files into the user
-  cache and checks each file's size and SHA-256 against the list shipped in
-  the package. Offline it says so in one line and points to ``--reference``.
+* ``prism-run reference [--fraction F] [--reference DIR] [--output OUT]`` reads per-run tables with the published
+  ``results_v2`` layout (``--reference DIR``, else the copy ``reference pull`` put in the user cache), runs the CRI
+  summary plugin (PROTOCOL §6.1-6.4) on them, prints the CRI of every model under the four aggregation rules and
+  writes ``cri_variants_100.csv``, ``cri_variants_1.csv``, ``cri_components.csv`` and
+  ``camelyon17_cri_components.csv`` with the published names and columns. With neither, it prints the 100 %-label
+  CRI formed from the paper's appendix tables shipped in :mod:`prism_plugin.reference_data` and says what they
+  cover.
+* ``prism-run reference pull`` downloads the published files into the user cache and checks each file's size and
+  SHA-256 against the list shipped in the package. Offline it says so in one line and points to ``--reference``.
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ from prism_plugin.errors import PrismError
 # where the reference comes from (re-exported for the other commands and the tests)
 from prism_plugin.reference_files import (Reference, pulled_dir, read_reference_dir,  # noqa: F401
                                           resolve_reference, verify_files)
-from prism_plugin.results import atomic_write_bytes, atomic_write_text, dumps, write_csv
+from prism_plugin.storage import atomic_write_bytes, atomic_write_text, dumps, write_csv
 from prism_plugin.tables import REFERENCE_FILES, RunTables
 
 #: Files ``prism-run reference`` writes (published names), in this order.
@@ -233,7 +230,7 @@ def run(args) -> int:
     summary = reference_summary(ref.tables, host)
     available = sorted((k for k in summary.tables if k.startswith("cri_variants_")),
                        key=lambda k: float(k.rsplit("_", 1)[-1]))
-    from prism_plugin.summaries.cri import fraction_label
+    from prism_plugin.summaries.conventions import fraction_label
 
     fractions = [0.01, 1.0] if fraction is None else [fraction]
     for f in fractions:

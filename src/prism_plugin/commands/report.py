@@ -1,10 +1,10 @@
 """``prism-run report RESULTS_DIR...``: (re)write ``report.html`` and ``report.md``, or a leaderboard.
 
-One results directory written by ``prism-run`` gets its own report; a folder of results directories
-(several tasks or models) gets one combined report, written into it. Several directories (or
-``--output`` / ``--reference``) give a **leaderboard** (:mod:`prism_plugin.report.leaderboard`): one
-self-contained page in ``--output`` (default ``./prism_leaderboard``) with a sortable table of the models
-and the PRISM paper's figures, beside the reference FMs with ``--reference DIR``.
+One results directory written by ``prism-run`` gets its own report; a folder of results directories (several tasks
+or models) gets one combined report, written into it. Several directories (or ``--output`` / ``--reference``) give
+a **leaderboard** (:mod:`prism_plugin.report.leaderboard`): one self-contained page in ``--output`` (default
+``./prism_leaderboard``) with a sortable table of the models and the PRISM paper's figures, beside the reference
+FMs with ``--reference DIR``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from prism_plugin.results import summary_problem, warn_once
-    from prism_plugin.tables import find_runs_files
+    from prism_plugin.results import find_runs_files
 
     dirs = list(args.results_dirs)
     for d in dirs:

@@ -1,9 +1,9 @@
 """The main job, ``prism-run --task T --model M [--model-args K=V]``: every task x every model.
 
-:mod:`prism_plugin.cli` parses the command line (``args.models`` is the list of
-``(adapter name, model_args)`` pairs, each model with its own options); :func:`run` builds each
-adapter with :func:`prism_plugin.runner.make_adapter` and runs :func:`prism_plugin.runner.run_job`
-for every (task, model) pair. Groups also get one combined ``runs.csv``.
+:mod:`prism_plugin.cli` parses the command line (``args.models`` is the list of ``(adapter name, model_args)``
+pairs, each model with its own options); :func:`run` builds each adapter with
+:func:`prism_plugin.runner.make_adapter` and runs :func:`prism_plugin.runner.run_job` for every (task, model) pair.
+Groups also get one combined ``runs.csv``.
 """
 
 from __future__ import annotations
@@ -44,8 +44,10 @@ def run(args) -> int:
     import pandas as pd
 
     from prism_plugin.executors import make_executor
-    from prism_plugin.results import check_grid_kept, order_columns, write_csv
-    from prism_plugin.runner import JobOptions, check_before_work, compact_table, make_adapter, planned_runs, run_job
+    from prism_plugin.kept_runs import check_grid_kept
+    from prism_plugin.results import order_columns
+    from prism_plugin.storage import write_csv
+    from prism_plugin.runner import JobOptions, check_before_work, make_adapter, planned_runs, run_job
     from prism_plugin.tasks.index import default_index
     from prism_plugin.tasks.sweep import expand_sweeps
 
@@ -134,11 +136,10 @@ def run(args) -> int:
 def output_dirs(jobs: list, labels: list[str], root: Path, single: bool) -> dict[tuple[str, str, str], Path]:
     """The results folder of every (group, task, model): ``root[/<group>]/<task>/<model>``.
 
-    Every name becomes one sanitised path component confined under ``root``
-    (:func:`prism_plugin.paths.confined`), so a group, task, sweep variant or model
-    name can never write outside ``--output``. Two jobs whose names sanitise to the
-    same folder (``a b`` and ``a_b``) would overwrite each other's ``runs.csv``: refused,
-    naming both.
+    Every name becomes one sanitised path component confined under ``root`` (:func:`prism_plugin.paths.confined`),
+    so a group, task, sweep variant or model name can never write outside ``--output``. Two jobs whose names
+    sanitise to the same folder (``a b`` and ``a_b``) would overwrite each other's ``runs.csv``: refused, naming
+    both.
     """
     from prism_plugin.runner import default_output
 
@@ -165,3 +166,52 @@ def output_dirs(jobs: list, labels: list[str], root: Path, single: bool) -> dict
                                  "that cannot be part of a folder name; rename one of them")
             out[key] = path
     return out
+
+
+def compact_table(runs, flags: list[dict] | None = None) -> str:
+    """Seed mean ± std per fraction of the headline metrics, as fixed-width text.
+
+    ``collapsed``: runs with the prevalence-aware collapse (PRISM's ``degenerate`` for runs without it); ``flags``:
+    per fraction, the runs each quality warning marks (``T@bound 3``, ``NLL-up 1``, ``not-converged 2``;
+    :mod:`prism_plugin.quality`). ``flags`` default: those :func:`~prism_plugin.runner.run_job` attached to
+    ``runs``, else recomputed with the default temperature bounds. A table of several probes (a task with
+    ``probes:``) has one line per probe and fraction, the mean ± std over its seeds and split seeds.
+    """
+    import pandas as pd
+
+    from prism_plugin import quality
+
+    cols = [c for c in ("auroc", "f1_macro", "ece_fixed", "ece_scaled_fixed", "temperature") if c in runs]
+    if flags is None:
+        flags = runs.attrs.get("flags")
+    if flags is None:
+        flags = [f.to_dict() for f in quality.run_flags(runs)]
+    by_probe = "probe" in runs and runs["probe"].nunique(dropna=True) > 1
+    ids = pd.Series(quality.all_run_ids(runs), index=runs.index)
+    markers = quality.fraction_markers(flags)
+    any_marks = bool(markers)
+    width = max([len(str(p)) for p in runs["probe"].dropna().unique()] + [5]) if by_probe else 0
+    head = (f"{'probe':<{width}}  " if by_probe else "") + f"{'fraction':>8}  "
+    lines = [head + "  ".join(f"{c:>17}" for c in cols) + "  collapsed" + ("  flags" if any_marks else "")]
+    if by_probe:  # probes in grid order, fractions ascending within each
+        kinds = list(dict.fromkeys(runs["probe"].dropna()))
+        items = sorted(runs.groupby(["probe", "fraction"], sort=False),
+                       key=lambda item: (kinds.index(item[0][0]), float(item[0][1])))
+    else:
+        items = list(runs.groupby("fraction", sort=True))
+    for name, g in items:
+        probe, frac = name if by_probe else (None, name)
+        cells = []
+        for c in cols:
+            v = pd.to_numeric(g[c], errors="coerce")
+            sd = v.std(ddof=1) if len(v) > 1 else float("nan")
+            cells.append(f"{v.mean():>8.4f} ± {sd:<6.4f}")
+        if "collapsed" in g and quality.as_bool(g["collapsed"]).notna().any():
+            n_deg = int((quality.as_bool(g["collapsed"]) == 1.0).sum())
+        else:
+            n_deg = int((quality.as_bool(g["degenerate"]) == 1.0).sum()) if "degenerate" in g else 0
+        found = quality.cell_markers(flags, ids[g.index]) if by_probe else markers.get(float(frac), [])
+        mark = [m for m in found if not m.startswith("collapsed")]
+        lines.append((f"{str(probe):<{width}}  " if by_probe else "") + f"{frac:>8g}  " + "  ".join(cells) +
+                     f"  {f'{n_deg}/{len(g)}':>9}" + (f"  {', '.join(mark)}" if mark else ""))
+    return "\n".join(lines)

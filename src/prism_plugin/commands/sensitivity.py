@@ -5,14 +5,11 @@
     prism-run --task my_sweep.yaml --model A --model B --output OUT    # sweep: {probe.C: [...]}
     prism-run sensitivity OUT                                           # tables + report for OUT
 
-Reads every ``runs.csv`` under the given results directories (a sweep writes one
-per variant and model), computes the tables of
-:mod:`prism_plugin.summaries.probe_sensitivity` (``c_ablation``, ``c_ranking``,
-``mlp_ranking`` and their ``ood_`` twins for transfer pairs), prints the
-ranking-stability summary, and writes the tables as CSV, ``sensitivity.json``
-(headline numbers and notes) and ``report.html`` / ``report.md`` with the
-probe-sensitivity and the embedding-geometry sections into ``--output``
-(default: the first results directory).
+Reads every ``runs.csv`` under the given results directories (a sweep writes one per variant and model), computes
+the tables of :mod:`prism_plugin.summaries.probe_sensitivity` (``c_ablation``, ``c_ranking``, ``mlp_ranking`` and
+their ``ood_`` twins for transfer pairs), prints the ranking-stability summary, and writes the tables as CSV,
+``sensitivity.json`` (headline numbers and notes) and ``report.html`` / ``report.md`` with the probe-sensitivity
+and the embedding-geometry sections into ``--output`` (default: the first results directory).
 """
 
 from __future__ import annotations
@@ -58,29 +55,30 @@ def _print_ranking(name: str, table, key: str) -> None:
 
 def write_sensitivity_report(out_dir: Path, sources: list[Path], title: str) -> Path:
     """report.html / report.md with only this feature's sections (the probe-sensitivity and geometry ones)."""
-    from prism_plugin.report import build
+    from prism_plugin.report import render
     from prism_plugin.report.geometry_sections import geometry_section, sensitivity_section
-    from prism_plugin.report.sections import ReportView
-    from prism_plugin.results import atomic_write_bytes, atomic_write_text
+    from prism_plugin.plugins import get_host
+    from prism_plugin.report.sections import read_view
+    from prism_plugin.storage import atomic_write_bytes, atomic_write_text
 
-    view = ReportView(out_dir, sources=tuple(sources), tables_dir=out_dir, title=title)
+    view = read_view(out_dir, get_host(), sources=tuple(sources), tables_dir=out_dir, title=title)
     sections = [s for s in (sensitivity_section(view), geometry_section(view)) if s is not None]
-    from prism_plugin.results import write_csv
+    from prism_plugin.storage import write_csv
 
     for s in sections:
         for name, data in s.figures.items():
-            atomic_write_bytes(out_dir / build.FIGURES / name, data)
+            atomic_write_bytes(out_dir / render.FIGURES / name, data)
         for stem, df in s.tables.items():
             if not (out_dir / f"{stem}.csv").exists() or stem.startswith(("geometry_", "reliability_")):
                 write_csv(out_dir / f"{stem}.csv", df)
-    atomic_write_text(out_dir / build.MD_NAME, build.render_markdown(title, sections, view, ""))
-    target = out_dir / build.HTML_NAME
-    atomic_write_text(target, build.render_html(title, sections, view, ""))
+    atomic_write_text(out_dir / render.MD_NAME, render.render_markdown(title, sections, view, ""))
+    target = out_dir / render.HTML_NAME
+    atomic_write_text(target, render.render_html(title, sections, view, ""))
     return target
 
 
 def run(args) -> int:
-    from prism_plugin.results import atomic_write_text, dumps, write_csv
+    from prism_plugin.storage import atomic_write_text, dumps, write_csv
     from prism_plugin.summaries.probe_sensitivity import NEEDS, load_runs, sensitivity_tables
 
     for d in args.results_dirs:

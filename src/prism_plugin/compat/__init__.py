@@ -6,18 +6,16 @@ Code written for the PRISM package runs after changing only its import line::
     from prism_plugin.compat import (compute_auroc, compute_ece, compute_brier, compute_cri,
                                      compute_ood_stability, temperature_scale, apply_temperature)
 
-* :class:`PRISMEvaluator` ``(results_dir=None)``: ``evaluate()``, ``compare()``, ``reference_cri()``
-  with the PRISM package README's signatures, defaults and return columns
-  (:mod:`prism_plugin.compat.evaluator`).
+* :class:`PRISMEvaluator` ``(results_dir=None)``: ``evaluate()``, ``compare()``, ``reference_cri()`` with the PRISM
+  package README's signatures, defaults and return columns (:mod:`prism_plugin.compat.evaluator`).
 * the standalone metric functions (:mod:`prism_plugin.compat.metrics`).
-* the ``prism evaluate / compare / reference`` command line: ``python -m prism_plugin.compat ...``
-  with the same flags (``prism-run evaluate`` is the same ``evaluate``).
+* the ``prism evaluate / compare / reference`` command line: ``python -m prism_plugin.compat ...`` with the same
+  flags (``prism-run evaluate`` is the same ``evaluate``).
 
-prism-plugin does not bundle the reference results: ``results_dir=None`` uses the copy that
-``prism-run reference pull`` installs, else raises a one-line error saying how to get them.
-Numbers follow the reference's floating-point path (float32 ``predict_proba`` output, metrics on it),
-so they equal a reference-style computation exactly; binary temperatures are on the probe's own scale
-(T = 1 = unchanged; results_v2's column is 2x that).
+prism-plugin does not bundle the reference results: ``results_dir=None`` uses the copy that ``prism-run reference
+pull`` installs, else raises a one-line error saying how to get them. Numbers follow the reference's floating-point
+path (float32 ``predict_proba`` output, metrics on it), so they equal a reference-style computation exactly; binary
+temperatures are on the probe's own scale (T = 1 = unchanged; results_v2's column is 2x that).
 """
 
 #: public name -> defining module (imported on first use, so ``prism-run evaluate --help`` stays light)

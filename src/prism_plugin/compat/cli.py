@@ -1,7 +1,7 @@
 """The PRISM package's ``prism evaluate / compare / reference`` command line, on prism-plugin.
 
-``python -m prism_plugin.compat evaluate|compare|reference ...`` takes the PRISM package's flags;
-``prism-run evaluate`` is the same ``evaluate`` (:mod:`prism_plugin.commands.evaluate`).
+``python -m prism_plugin.compat evaluate|compare|reference ...`` takes the PRISM package's flags; ``prism-run
+evaluate`` is the same ``evaluate`` (:mod:`prism_plugin.commands.evaluate`).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def _evaluate_notes(res) -> list[str]:
 
 def run_evaluate(args: Any) -> int:
     from prism_plugin.compat.evaluator import PRISMEvaluator
-    from prism_plugin.results import write_csv
+    from prism_plugin.storage import write_csv
 
     if (args.val_features is None) != (args.val_labels is None):
         raise PrismError("--val-features and --val-labels: give both (the validation split for temperature "
@@ -153,7 +153,7 @@ def run_compare(args: Any) -> int:
     import pandas as pd
 
     from prism_plugin.compat.evaluator import PRISMEvaluator
-    from prism_plugin.results import write_csv
+    from prism_plugin.storage import write_csv
 
     if not Path(args.results).is_file():
         raise PrismError(f"--results {args.results}: no such file; pass the CSV that evaluate wrote")

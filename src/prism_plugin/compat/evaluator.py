@@ -1,11 +1,10 @@
 """``PRISMEvaluator``: the PRISM package's evaluator API, backed by prism-plugin.
 
-``evaluate()`` runs :func:`prism_plugin.api.evaluate` (the PRISM v2 protocol: class-stratified
-subsets, ``LogisticRegression(C, max_iter=1000)`` on float32 features, temperature on the held-out
-validation split) on the reference's floating-point path (``probability_dtype="float32"``), and
-returns the README's columns. ``compare()`` and ``reference_cri()`` read a results_v2 folder
-(``indomain_all_v2.csv``, ``ood_all_v2.csv``) and use prism-plugin's CRI summary functions
-(:mod:`prism_plugin.summaries.cri`, PROTOCOL §6.1-6.2).
+``evaluate()`` runs :func:`prism_plugin.api.evaluate` (the PRISM v2 protocol: class-stratified subsets,
+``LogisticRegression(C, max_iter=1000)`` on float32 features, temperature on the held-out validation split) on the
+reference's floating-point path (``probability_dtype="float32"``), and returns the README's columns. ``compare()``
+and ``reference_cri()`` read a results_v2 folder (``indomain_all_v2.csv``, ``ood_all_v2.csv``) and use
+prism-plugin's CRI summary functions (:mod:`prism_plugin.summaries.cri`, PROTOCOL §6.1-6.2).
 """
 
 from __future__ import annotations
@@ -133,11 +132,10 @@ def _pooled(table: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 class PRISMEvaluator:
     """The PRISM package's evaluator on prism-plugin.
 
-    ``results_dir`` selects the reference results used by :meth:`compare` and
-    :meth:`reference_cri`: ``None`` = the copy ``prism-run reference pull`` installed (prism-plugin
-    bundles none); a results_v2 folder or a repository root containing ``results_v2/``. A path named
-    ``results_v2`` that does not exist falls back to the pulled copy with a warning. Read on first
-    use; :meth:`evaluate` needs no reference.
+    ``results_dir`` selects the reference results used by :meth:`compare` and :meth:`reference_cri`: ``None`` = the
+    copy ``prism-run reference pull`` installed (prism-plugin bundles none); a results_v2 folder or a repository
+    root containing ``results_v2/``. A path named ``results_v2`` that does not exist falls back to the pulled copy
+    with a warning. Read on first use; :meth:`evaluate` needs no reference.
     """
 
     def __init__(self, results_dir: str | Path | None = None):
@@ -173,13 +171,12 @@ class PRISMEvaluator:
     ) -> pd.DataFrame:
         """One row per (fraction, seed), the README's columns.
 
-        Without ``val_features`` the temperature and both scaled-ECE columns are NaN and a warning is
-        raised (never fitted on the evaluation split). ``binary_temperature="natural"`` (default, the
-        v0.3 convention) reports binary temperatures with T = 1 = the probe's own probabilities;
-        ``"doubled"`` reports them on the results_v2 scale (2x). ``probability_dtype="float64"``
-        switches to prism-plugin's float64 metric arithmetic; ``extra_columns=True`` keeps every
-        column prism-plugin computes (nll, collapse diagnostics, ...) after the README's; ``disable``
-        names prism-plugin metric plugins to leave out (as ``--disable``).
+        Without ``val_features`` the temperature and both scaled-ECE columns are NaN and a warning is raised (never
+        fitted on the evaluation split). ``binary_temperature="natural"`` (default, the v0.3 convention) reports
+        binary temperatures with T = 1 = the probe's own probabilities; ``"doubled"`` reports them on the
+        results_v2 scale (2x). ``probability_dtype="float64"`` switches to prism-plugin's float64 metric
+        arithmetic; ``extra_columns=True`` keeps every column prism-plugin computes (nll, collapse diagnostics,
+        ...) after the README's; ``disable`` names prism-plugin metric plugins to leave out (as ``--disable``).
         """
         from prism_plugin.api import evaluate
 
@@ -333,14 +330,15 @@ class PRISMEvaluator:
         """Model-level CRI of the eight reference models pooled over the six datasets under the four
         aggregation rules: the ``cri_variants_<pct>.csv`` table (index ``model``)."""
         from prism_plugin.summaries import cri as C
+        from prism_plugin.summaries.conventions import fraction_mask, fractions_present
 
         try:
             fraction = float(fraction)
         except (TypeError, ValueError):
             raise CompatError(f"fraction {fraction!r}: pass a label fraction such as 1.0 or 0.01") from None
         tables = self._reference()
-        if not C.fraction_mask(tables.indomain, fraction).any():
-            have = ", ".join(f"{f:g}" for f in C.fractions_present(tables.indomain))
+        if not fraction_mask(tables.indomain, fraction).any():
+            have = ", ".join(f"{f:g}" for f in fractions_present(tables.indomain))
             raise CompatError(f"fraction {fraction:g}: no reference runs at that fraction (fractions: {have})")
         stab = C.ood_stability(tables.indomain, tables.transfer)
         return C.cri_variants(tables.indomain, stab, fraction)

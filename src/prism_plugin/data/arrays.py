@@ -46,9 +46,8 @@ class _H5Array:
 class H5Source(Source):
     """Image and label arrays in HDF5 files, one pair per split (e.g. torchvision's PCAM files).
 
-    ``images`` / ``labels`` are file names under ``<root>`` with ``{split}``
-    replaced by the split's file name (``rename`` maps task split names to
-    file split names, e.g. ``{val: valid}``).
+    ``images`` / ``labels`` are file names under ``<root>`` with ``{split}`` replaced by the split's file name
+    (``rename`` maps task split names to file split names, e.g. ``{val: valid}``).
     """
 
     type_name = "h5"

@@ -1,62 +1,40 @@
 """The public API a data source subclasses: :class:`Source`, :class:`Pool`, :class:`ImageSplit`.
 
-A source turns a task's ``source:`` mapping into, per split, a list of image items with integer
-labels (:class:`ImageSplit`). Source types are looked up by ``source.type`` in the plugin host's
-``sources`` registry (``host.sources``), which plugins fill through the ``register_sources`` hook
-(the built-in types too, see :mod:`prism_plugin.data.builtin`)::
-
-    from prism_plugin.data.base import Pool, Source, resolve_root
-    from prism_plugin.hookspecs import hookimpl
-
-    class TileListSource(Source):
-        type_name = "tile_list"                 # used in messages
-        OPTIONS = frozenset({"root", "listing"})  # accepted source.* keys (besides type/class_map/...)
-        REQUIRED = frozenset({"root"})          # must be present and non-empty
-        LAYOUT = "<root>/<split>.txt, one 'path label' per line"
-
-        def __init__(self, task, root="", listing="{split}.txt", **options):
-            super().__init__(task, root=root, listing=listing, **options)
-            self.root = resolve_root(root, task)
-            self.listing = listing
-
-        def pool(self, name):                   # one source-level split, in its natural order
-            ...
-            return Pool(items, raw_labels, keys, where=str(path))
-
-    @hookimpl
-    def register_sources(register):
-        register("tile_list", TileListSource, description="tiles listed in text files")
+A source turns a task's ``source:`` mapping into, per split, a list of image items with integer labels
+(:class:`ImageSplit`). Source types are looked up by ``source.type`` in the plugin host's ``sources`` registry
+(``host.sources``), which plugins fill through the ``register_sources`` hook (the built-in types too, see
+:mod:`prism_plugin.data.builtin`). This is an image source; a source that yields embedding vectors subclasses
+:class:`~prism_plugin.data.features.FeatureSource` instead (worked example: docs/extending/register_sources.md).
 
 The contract:
 
 * **constructor** ``cls(task, **options)``: ``task`` is the :class:`~prism_plugin.tasks.schema.TaskConfig`
-  (``name``, ``file``, ``dataset``, ``class_names``, ``n_classes``, ``splits``, ``split``);
-  ``options`` are the task's ``source:`` keys without ``type``. Call ``super().__init__(task,
-  **every_option)``: it checks the options against ``OPTIONS`` / ``REQUIRED`` (plus the label-mapping
-  keys of :data:`COMMON_OPTIONS`, handled here) and stores ``class_map``, ``drop_unmapped`` and
-  ``drop_classes``. Read no data in the constructor beyond what is cheap.
-* ``OPTIONS`` / ``REQUIRED``: frozensets of ``source.*`` keys; a task using another key fails at
-  validation with the file and line and the closest allowed key.
-* optional ``check_spec(options, located)`` (a classmethod/staticmethod): extra static checks at
-  validation time (no data read); raise ``PrismError`` starting with ``located.where("source.KEY")``
-  and pass it through :func:`keyed_error` so ``prism-run validate`` can report every problem.
-* :meth:`Source.pool` (the one method to implement): the :class:`Pool` of one source-level split
-  (raw items, their raw classes, stable keys). Raise :class:`NoAll` from ``pool("all")`` when
-  ``all`` is not a pool by itself, and implement :meth:`Source.all_pool_names` then.
+  (``name``, ``file``, ``dataset``, ``class_names``, ``n_classes``, ``splits``, ``split``); ``options`` are the
+  task's ``source:`` keys without ``type``. Call ``super().__init__(task, **every_option)``: it checks the options
+  against ``OPTIONS`` / ``REQUIRED`` (plus the label-mapping keys of :data:`COMMON_OPTIONS`, handled here) and
+  stores ``class_map``, ``drop_unmapped`` and ``drop_classes``. Read no data in the constructor beyond what is
+  cheap.
+* ``OPTIONS`` / ``REQUIRED``: frozensets of ``source.*`` keys; a task using another key fails at validation with
+  the file and line and the closest allowed key.
+* optional ``check_spec(options, located)`` (a classmethod/staticmethod): extra static checks at validation time
+  (no data read); raise ``PrismError`` starting with ``located.where("source.KEY")`` and pass it through
+  :func:`keyed_error` so ``prism-run validate`` can report every problem.
+* :meth:`Source.pool` (the one method to implement): the :class:`Pool` of one source-level split (raw items, their
+  raw classes, stable keys). Raise :class:`NoAll` from ``pool("all")`` when ``all`` is not a pool by itself, and
+  implement :meth:`Source.all_pool_names` then.
 * :meth:`Source.split` ``(split, limit=None) -> ImageSplit`` is shared: pools -> labels
   (:func:`~prism_plugin.data.labels.map_labels`) -> the task's ``split:`` procedure
   (:mod:`prism_plugin.data.splits`) -> ``--limit`` (class-balanced) -> items, labels, fingerprint.
-* **fingerprints**: :class:`ImageSplit.fingerprint` is
-  :func:`~prism_plugin.data.fingerprints.split_fingerprint` over each item's key, label and content
-  (file bytes, or :meth:`~prism_plugin.data.refs.ImageRef.digest_bytes`). Keys must be stable
-  across machines (relative paths, row ids -- never absolute paths or ``id()``), so the embedding
-  cache hits on another machine holding the same data and misses when any image, label or the
-  order changes.
-* items are image file paths or :class:`~prism_plugin.data.refs.ImageRef` objects (anything
-  ``PIL.Image.open`` takes that pickles to worker processes).
-* **perturbation**: a task with the ``perturb`` key (:mod:`prism_plugin.data.perturb`) gets every
-  item of :meth:`Source.split` wrapped in a :class:`~prism_plugin.data.perturb.PerturbedImageRef`
-  (seeded per item key; the transforms enter the fingerprint): a source type needs nothing for it.
+* **fingerprints**: :class:`ImageSplit.fingerprint` is :func:`~prism_plugin.data.fingerprints.split_fingerprint`
+  over each item's key, label and content (file bytes, or :meth:`~prism_plugin.data.refs.ImageRef.digest_bytes`).
+  Keys must be stable across machines (relative paths, row ids -- never absolute paths or ``id()``), so the
+  embedding cache hits on another machine holding the same data and misses when any image, label or the order
+  changes.
+* items are image file paths or :class:`~prism_plugin.data.refs.ImageRef` objects (anything ``PIL.Image.open``
+  takes that pickles to worker processes).
+* **perturbation**: a task with the ``perturb`` key (:mod:`prism_plugin.data.perturb`) gets every item of
+  :meth:`Source.split` wrapped in a :class:`~prism_plugin.data.perturb.PerturbedImageRef` (seeded per item key; the
+  transforms enter the fingerprint): a source type needs nothing for it.
 """
 
 from __future__ import annotations
@@ -143,6 +121,9 @@ class Source:
     OPTIONS: frozenset = frozenset()
     REQUIRED: frozenset = frozenset()
     LAYOUT = ""
+    #: what the source yields: ``images`` (embedded by an adapter) or ``features``
+    #: (:class:`~prism_plugin.data.features.FeatureSource`)
+    input_kind = "images"
 
     def __init__(self, task, **options: Any):
         self.task = task
@@ -228,12 +209,7 @@ class Source:
                 kept, y = self._kept(pool)
                 if len(kept) == 0:
                     raise PrismError(f"task {self.task.name}: no items left in {pool.where} after label mapping")
-                if spec["procedure"] == "stratified":
-                    counts = np.bincount(y)
-                    if (counts[counts > 0] < 2).any():
-                        raise PrismError(f"task {self.task.name}: a stratified split needs >= 2 items per class; "
-                                         f"class counts {counts.tolist()} in {pool.where}")
-                self._procedure = (pool, kept, y, run_split_procedure(spec, y))
+                self._procedure = (pool, kept, y, run_split_procedure(spec, y, f"task {self.task.name}: {pool.where}"))
             pool, kept, y, parts = self._procedure
             pos = parts[name]
             return pool, kept[pos], y[pos]
@@ -267,9 +243,8 @@ class NoAll(Exception):
 def check_pool_name(name: Any, where: str, what: str = "split") -> str:
     """A source-level split name that becomes a file or folder name: one plain path component.
 
-    Refuses empty names, ``.``/``..``, path separators and NUL, so a split name never reads
-    outside the dataset's root and never collides with the internal ``all`` marker's folder
-    handling (``all`` itself is a valid name).
+    Refuses empty names, ``.``/``..``, path separators and NUL, so a split name never reads outside the dataset's
+    root and never collides with the internal ``all`` marker's folder handling (``all`` itself is a valid name).
     """
     if not isinstance(name, str) or not name.strip():
         raise PrismError(f"{where}: {what} name must be a non-empty string, got {name!r}")

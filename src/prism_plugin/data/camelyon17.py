@@ -1,22 +1,18 @@
 """Camelyon17 covariate-shift study (PROTOCOL §1.4): sampling, re-split, load-time normalisation.
 
-Two published files describe the patches PRISM used, and both can also be
-recomputed here from the dataset itself:
+Two published files describe the patches PRISM used, and both can also be recomputed here from the dataset itself:
 
-* ``splits.json`` -- :func:`sample_hospitals`: per hospital, 10,000 patches
-  per class (pandas ``sample``, seed 42), concatenated class 0 then class 1
-  and shuffled (``sample(frac=1)``, seed 42); a slide-disjoint 70/15/15
-  partition of the hospital's slides drawn with one
-  ``numpy.random.default_rng(42)`` shared by hospitals 0..4 in order.
+* ``splits.json`` -- :func:`sample_hospitals`: per hospital, 10,000 patches per class (pandas ``sample``, seed 42),
+  concatenated class 0 then class 1 and shuffled (``sample(frac=1)``, seed 42); a slide-disjoint 70/15/15 partition
+  of the hospital's slides drawn with one ``numpy.random.default_rng(42)`` shared by hospitals 0..4 in order.
   ``{hospital: {train|val|test: [global row indices]}}``.
-* ``resplit.json`` -- :func:`resplit_positions`: per hospital ``h``, on the
-  label vector of ``concat(train, val, test)`` of ``splits.json``, with
-  ``default_rng(42 + h)``: for class 0 then class 1, shuffle the class's
-  positions, first round(0.70 n) -> train, up to round(0.85 n) -> val, rest
-  -> test; lists sorted. 14,000 / 3,000 / 3,000 at exactly 50 % tumour.
+* ``resplit.json`` -- :func:`resplit_positions`: per hospital ``h``, on the label vector of ``concat(train, val,
+  test)`` of ``splits.json``, with ``default_rng(42 + h)``: for class 0 then class 1, shuffle the class's
+  positions, first round(0.70 n) -> train, up to round(0.85 n) -> val, rest -> test; lists sorted. 14,000 / 3,000 /
+  3,000 at exactly 50 % tumour.
 
-The global index is the row position in the dataset's splits concatenated in
-their stored order (for the HF redistribution: train, validation, test).
+The global index is the row position in the dataset's splits concatenated in their stored order (for the HF
+redistribution: train, validation, test).
 
 :class:`Camelyon17Source` (``source.type: camelyon17``) serves one hospital's
 re-split as a task's train/val/test. For embeddings extracted in the
@@ -59,11 +55,10 @@ def sample_hospitals(hospital: Sequence[int], label: Sequence[int], slide: Seque
                      slide_order: str = "sorted") -> dict[int, dict[str, list[int]]]:
     """The ``splits.json`` procedure on per-row metadata (row position = global index).
 
-    ``slide_order`` says how the hospital's unique slides are listed before the
-    seeded permutation: ``sorted`` (``numpy.unique``) or ``appearance`` (order
-    of first appearance in the shuffled sample). The reference notebook's
-    choice cannot be recovered from the published files; both give the same
-    patch sample, only the abandoned slide partition differs.
+    ``slide_order`` says how the hospital's unique slides are listed before the seeded permutation: ``sorted``
+    (``numpy.unique``) or ``appearance`` (order of first appearance in the shuffled sample). The reference
+    notebook's choice cannot be recovered from the published files; both give the same patch sample, only the
+    abandoned slide partition differs.
     """
     import pandas as pd
 
@@ -130,12 +125,10 @@ def derive_labels(resplit_h: Mapping[str, Sequence[int]], hospital: int, n_per_c
                   *, seed_base: int = SEED) -> np.ndarray | None:
     """A label vector for which :func:`resplit_positions` reproduces ``resplit_h`` exactly, or None.
 
-    The seeded shuffles fix, for the k-th class-c position, the part it must
-    land in; scanning positions 0..N-1 with k0 = class-0 positions seen so far,
-    a label is admissible when its rank's part equals the published part.
-    Forward reachability over k0, then a backward walk, yields one consistent
-    labelling (there are usually many). None means no labelling with these
-    class sizes reproduces the file under this procedure and seed.
+    The seeded shuffles fix, for the k-th class-c position, the part it must land in; scanning positions 0..N-1
+    with k0 = class-0 positions seen so far, a label is admissible when its rank's part equals the published part.
+    Forward reachability over k0, then a backward walk, yields one consistent labelling (there are usually many).
+    None means no labelling with these class sizes reproduces the file under this procedure and seed.
     """
     n0, n1 = n_per_class
     n = n0 + n1
@@ -256,12 +249,10 @@ def materialise(stored_dir: str | Path, resplit_file: str | Path, hospital: int,
 class Camelyon17Source(Source):
     """One hospital's Camelyon17 patches, re-split 14,000 / 3,000 / 3,000 (PROTOCOL §1.4).
 
-    ``data`` is an ``hf`` source spec of the WILDS patches (hub id + revision,
-    or a local parquet copy) whose splits, concatenated in ``data.splits``
-    order, define the global index. ``splits`` / ``resplit`` say whether the
-    published files (``splits_file`` / ``resplit_file``) are read or the
-    procedures recomputed (``procedure``; the sampling then needs the
-    hospital, slide and label columns).
+    ``data`` is an ``hf`` source spec of the WILDS patches (hub id + revision, or a local parquet copy) whose
+    splits, concatenated in ``data.splits`` order, define the global index. ``splits`` / ``resplit`` say whether
+    the published files (``splits_file`` / ``resplit_file``) are read or the procedures recomputed (``procedure``;
+    the sampling then needs the hospital, slide and label columns).
     """
 
     type_name = "camelyon17"

@@ -1,12 +1,9 @@
 """Source types by name: every lookup of a task's ``source.type`` goes through the plugin host.
 
-The catalogue is the host's ``sources`` registry (``host.sources``), filled by the
-``register_sources`` hook -- the built-in types by :mod:`prism_plugin.data.builtin`, a third
-party's by its own plugin, in the same way. Each function takes an optional ``host`` (default: the
-shared :func:`prism_plugin.plugins.get_host`).
-
-``precomputed`` is not a source type: it marks a task whose features come from
-``--model precomputed``; it takes no options and opens no source.
+The catalogue is the host's ``sources`` registry (``host.sources``), filled by the ``register_sources`` hook -- the
+built-in types by :mod:`prism_plugin.data.builtin`, a third party's by its own plugin, in the same way. Each
+function takes an optional ``host`` (default: the shared :func:`prism_plugin.plugins.get_host`). Each entry
+declares its kind (meta ``kind``: ``images`` or ``features``): what its source yields.
 """
 
 from __future__ import annotations
@@ -16,9 +13,6 @@ from typing import Any, Sequence
 from prism_plugin.data.base import allowed_options, check_options, keyed_error
 from prism_plugin.data.labels import raw_class_id
 from prism_plugin.errors import PrismError, suggest
-
-#: Not a data source: the task's features come from ``--model precomputed``.
-FEATURES_ONLY = "precomputed"
 
 
 def _sources(host=None):
@@ -34,7 +28,12 @@ def _lookup(kind: Any, host=None):
     reg = _sources(host)
     if not isinstance(kind, str) or kind not in reg:
         return None
-    return reg.get(kind)
+    cls, declared = reg.get(kind), reg.meta(kind, "kind", "images")
+    if getattr(cls, "input_kind", "images") != declared:
+        raise PrismError(f"source type {kind!r} (from {reg.entry(kind).origin}) is registered as kind {declared!r} "
+                         f"but its class {cls.__name__} yields {getattr(cls, 'input_kind', 'images')!r}; "
+                         "register it with that kind")
+    return cls
 
 
 def is_source_type(kind: Any, host=None) -> bool:
@@ -43,11 +42,10 @@ def is_source_type(kind: Any, host=None) -> bool:
 
 
 def unknown_type_message(kind: Any, host=None) -> str:
-    """``'x' is not known; did you mean 'y'? (known: a, b, ..., precomputed)``."""
+    """``'x' is not known; did you mean 'y'? (known: a, b, ...)``."""
     reg = _sources(host)
-    names = reg.names(with_aliases=True)
-    return (f"{kind!r} is not known{suggest(str(kind), [*names, FEATURES_ONLY])} "
-            f"(known: {', '.join(sorted(reg.names()))}, {FEATURES_ONLY})")
+    return (f"{kind!r} is not known{suggest(str(kind), reg.names(with_aliases=True))} "
+            f"(known: {', '.join(sorted(reg.names()))})")
 
 
 def source_class(kind: str, host=None):
@@ -61,8 +59,7 @@ def source_class(kind: str, host=None):
 def accepted_options(kind: Any, host=None) -> set[str] | None:
     """The ``source.*`` keys type ``kind`` accepts (its ``OPTIONS`` plus the label-mapping keys).
 
-    ``None`` when ``kind`` is not a registered source type (including ``precomputed``, which is
-    no source). Does not include ``type`` itself.
+    ``None`` when ``kind`` is not a registered source type. Does not include ``type`` itself.
     """
     cls = _lookup(kind, host)
     return None if cls is None else allowed_options(cls)
@@ -71,13 +68,6 @@ def accepted_options(kind: Any, host=None) -> set[str] | None:
 def check_source_spec(source: dict, task_class_names: Sequence[str], located, host=None) -> None:
     """Static checks of a task's ``source:`` mapping (used by the schema; no data is read)."""
     kind = source.get("type")
-    if kind == FEATURES_ONLY:
-        extra = sorted(set(source) - {"type"})
-        if extra:
-            raise keyed_error(PrismError(f"{located.where('source.' + extra[0])}: source.{extra[0]}: source type "
-                                         "precomputed takes no options (point --model-args root=DIR at the "
-                                         "embeddings)"), f"source.{extra[0]}")
-        return
     cls = _lookup(kind, host)
     if cls is None:
         raise keyed_error(PrismError(f"{located.where('source.type')}: source.type: "
@@ -121,11 +111,9 @@ def check_source_spec(source: dict, task_class_names: Sequence[str], located, ho
 
 
 def open_source(task, host=None):
-    """Instantiate the task's source (``None`` for ``precomputed``), or fail naming the task file and the type."""
+    """Instantiate the task's source, or fail naming the task file and the type."""
     options = dict(task.source)
     kind = options.pop("type")
-    if kind == FEATURES_ONLY:
-        return None  # features come from the precomputed adapter
     cls = _lookup(kind, host)
     if cls is None:
         raise PrismError(f"{task.file}: source.type {unknown_type_message(kind, host)}")
@@ -135,5 +123,5 @@ def open_source(task, host=None):
         raise PrismError(f"{task.file}: source options {sorted(options)} do not fit type {kind!r} ({exc})") from None
 
 
-__all__ = ["FEATURES_ONLY", "is_source_type", "unknown_type_message", "source_class",
+__all__ = ["is_source_type", "unknown_type_message", "source_class",
            "accepted_options", "check_source_spec", "open_source"]

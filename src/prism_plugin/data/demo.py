@@ -1,13 +1,11 @@
 """A deterministic generator of synthetic, H&E-like tissue tiles (clearly not real data).
 
-Tiles are drawn with NumPy: an eosin-pink background with fibre texture and
-haematoxylin-purple nuclei whose density, size, shape and stain differ by
-class, with enough overlap between classes that a probe is neither perfect nor
-useless. They are written once as PNG files into the data cache in the
-image-folder layout and then read back from disk like any real dataset.
+Tiles are drawn with NumPy: an eosin-pink background with fibre texture and haematoxylin-purple nuclei whose
+density, size, shape and stain differ by class, with enough overlap between classes that a probe is neither perfect
+nor useless. They are written once as PNG files into the data cache in the image-folder layout and then read back
+from disk like any real dataset.
 
-Variants: ``binary`` (normal vs tumour) and ``multiclass`` (adipose, stroma,
-lymphocytes, tumour).
+Variants: ``binary`` (normal vs tumour) and ``multiclass`` (adipose, stroma, lymphocytes, tumour).
 """
 
 from __future__ import annotations
@@ -26,8 +24,8 @@ from PIL import Image, ImageFilter
 
 from prism_plugin.data.datacache import data_cache_root
 from prism_plugin.paths import cache_root
-from prism_plugin.fsfaults import as_error, check_free_space, naming
-from prism_plugin.results import honour_umask
+from prism_plugin.storage import as_error, check_free_space, naming
+from prism_plugin.storage import honour_umask
 
 VARIANTS = {
     "binary": ("normal", "tumour"),

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from prism_plugin.data.refs import ImageRef
-from prism_plugin.hashing import update_from_file
+from prism_plugin.storage import update_from_file
 
 
 def split_fingerprint(keys: Sequence[str], labels: np.ndarray, items: Sequence) -> str:

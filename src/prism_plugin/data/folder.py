@@ -31,10 +31,9 @@ class ImageFolderSource(Source):
     """Class-folder trees: ``<root>/<split>/<class>/<image>`` (layout ``splits``) or ``<root>/<class>/<image>``
     (layout ``flat``: one pool, split by the task's ``split:`` procedure).
 
-    Items come in torchvision ``ImageFolder`` order (class folders sorted by
-    name, files sorted). Class folders are matched to the task's
-    ``class_names`` by name (or through ``class_map``); without class names,
-    sorted folder names give labels 0..K-1.
+    Items come in torchvision ``ImageFolder`` order (class folders sorted by name, files sorted). Class folders are
+    matched to the task's ``class_names`` by name (or through ``class_map``); without class names, sorted folder
+    names give labels 0..K-1.
     """
 
     type_name = "imagefolder"

@@ -15,14 +15,8 @@ another class's look, so a probe on these crops is well above chance but not per
 
 Four fictitious **acquisition domains** differ in what a real scanner/lab difference changes --
 stain colour and intensity, optical blur, magnification (scale), background (red-cell density,
-plasma tint, illumination) and sensor noise -- so transfer between them is a covariate shift:
-
-========  ===========================================================================
-``a``     "Scanner A" (fictitious): balanced stain, sharp, reference scale
-``b``     "Scanner B": pinker (more acidic dye), weaker basic dye, softer focus, 15 % smaller cells
-``c``     "Scanner C": bluer, darker stain, slight blur, 15 % larger cells, crowded red cells
-``d``     "Scanner D": faded stain, warm (yellow) illumination, strong blur, noisy sensor
-========  ===========================================================================
+plasma tint, illumination) and sensor noise -- so transfer between them is a covariate shift
+(:data:`DOMAIN_STYLE`: ``a`` is the reference, ``b``, ``c``, ``d`` differ).
 
 Class priors: ``balanced`` (``n_per_class`` images of each class, the default), ``clinical``
 (neutrophil-heavy, like a peripheral-blood differential: 60/28/7/4/1 % with at least
@@ -292,7 +286,7 @@ def ensure_hema_demo(domain: str, n_per_class: int = 40, prior: Any = "balanced"
     from PIL import Image
 
     from prism_plugin.data import demo
-    from prism_plugin.fsfaults import naming
+    from prism_plugin.storage import naming
 
     counts = class_counts(n_per_class, prior)
     spec = {"kind": "hema_demo", "domain": check_domain(domain), "counts": counts, "size": int(size),

@@ -1,16 +1,13 @@
 """White-blood-cell datasets of the hematology acquisition-shift audit (papers/002).
 
-The audit evaluates frozen encoders on the five-class WBC intersection (WBC5:
-neutrophil, lymphocyte, monocyte, eosinophil, basophil) of four acquisition
-domains -- Acevedo (PBC, via BloodMNIST at 224 px; CellaVision DM96), Matek
-(LMU), MLL23 (Metafer) and Raabin (smartphone + Olympus) -- with an
-image-level stratified 70/30 split per dataset (5 split seeds; the 30 % is the
-in-domain test and the split on which the source temperature is fitted) and the
-full 4 x 4 source -> target matrix evaluated on the target's held-out 30 %.
+The audit evaluates frozen encoders on the five-class WBC intersection (WBC5: neutrophil, lymphocyte, monocyte,
+eosinophil, basophil) of four acquisition domains -- Acevedo (PBC, via BloodMNIST at 224 px; CellaVision DM96),
+Matek (LMU), MLL23 (Metafer) and Raabin (smartphone + Olympus) -- with an image-level stratified 70/30 split per
+dataset (5 split seeds; the 30 % is the in-domain test and the split on which the source temperature is fitted) and
+the full 4 x 4 source -> target matrix evaluated on the target's held-out 30 %.
 
-The task files (``tasks/hematology/``) carry each dataset's ``class_map`` from
-its own class names to WBC5; this module holds the same maps as the reference
-for tests and documentation, plus the BloodMNIST label names.
+The task files (``tasks/hematology/``) carry each dataset's ``class_map`` from its own class names to WBC5; this
+module holds the same maps as the reference for tests and documentation, plus the BloodMNIST label names.
 """
 
 from __future__ import annotations
@@ -42,7 +39,6 @@ CLASS_MAPS: dict[str, dict[str, list[str]]] = {
                "eosinophil": ["Eosinophil"], "basophil": ["Basophil"]},
 }
 DISPLAY = {"acevedo": "Acevedo", "matek": "Matek", "mll23": "MLL23", "raabin": "Raabin"}
-SPLIT_SEEDS = (0, 1, 2, 3, 4)
 
 
 def wbc5_label(dataset: str, raw_class: str) -> int | None:
@@ -69,9 +65,3 @@ def check_wbc5_map(class_map: Mapping[str, list]) -> list[str]:
                 problems.append(f"raw class {r!r} mapped to both {seen[r]} and {cname}")
             seen[r] = cname
     return problems
-
-
-def matrix_pairs() -> list[tuple[str, str]]:
-    """The 12 directed (source, target) pairs of the 4 x 4 matrix, source-major."""
-    names = list(CLASS_MAPS)
-    return [(s, t) for s in names for t in names if s != t]

@@ -1,18 +1,14 @@
 """Hugging Face ``datasets`` as a task source (``source.type: hf``).
 
-``path`` is either a hub id (``owner/name``, pinned with ``revision``) or a
-local copy: a directory (parquet / arrow / image-folder files, or a
-``save_to_disk`` directory) or a single ``.parquet`` / ``.arrow`` file.
-``image_column`` and ``label_column`` name the columns; split names in the
-task (``splits.<s>.name``) are the dataset's split names, and ``all`` is
-every split concatenated in the dataset's order (or ``splits:``' order).
+``path`` is either a hub id (``owner/name``, pinned with ``revision``) or a local copy: a directory (parquet /
+arrow / image-folder files, or a ``save_to_disk`` directory) or a single ``.parquet`` / ``.arrow`` file.
+``image_column`` and ``label_column`` name the columns; split names in the task (``splits.<s>.name``) are the
+dataset's split names, and ``all`` is every split concatenated in the dataset's order (or ``splits:``' order).
 
-``datasets`` is imported only when a task with this source runs. Network
-rules: with ``--offline``, ``HF_HUB_OFFLINE=1`` or ``HF_DATASETS_OFFLINE=1``,
-or when the hub does not answer a 2-second connection probe, the hub is never
-contacted and only the local cache is read; if the dataset is not there, one
-message names the dataset, where it was looked for and how to point at a copy
--- at once, without the library's retries.
+``datasets`` is imported only when a task with this source runs. Network rules: with ``--offline``,
+``HF_HUB_OFFLINE=1`` or ``HF_DATASETS_OFFLINE=1``, or when the hub does not answer a 2-second connection probe, the
+hub is never contacted and only the local cache is read; if the dataset is not there, one message names the
+dataset, where it was looked for and how to point at a copy -- at once, without the library's retries.
 """
 
 from __future__ import annotations
@@ -101,7 +97,7 @@ def _local_cache_dir() -> str:
 
 def _storage_fault(exc: BaseException, cache: str):
     """A full / read-only / over-quota cache while ``datasets`` writes: the folder and the fix, else None."""
-    from prism_plugin.fsfaults import as_error, is_storage_fault
+    from prism_plugin.storage import as_error, is_storage_fault
 
     if not is_storage_fault(exc):
         return None

@@ -6,14 +6,11 @@ nowhere are an error unless dropped with ``drop_classes`` / ``drop_unmapped: tru
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
 from prism_plugin.errors import PrismError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from prism_plugin.data.base import Pool
 
 
 def raw_class_id(value: Any) -> str:
@@ -25,8 +22,9 @@ def raw_class_id(value: Any) -> str:
     return str(value)
 
 
-def map_labels(pool: "Pool", task, class_map: dict | None, drop_unmapped: bool, drop_classes: Iterable[str]) -> np.ndarray:
-    """Raw classes -> task label indices (-1 = dropped); every unmapped raw class is an error unless dropped."""
+def map_labels(pool: Any, task, class_map: dict | None, drop_unmapped: bool, drop_classes: Iterable[str]) -> np.ndarray:
+    """Raw classes of a :class:`~prism_plugin.data.base.Pool` (``pool.raw``) -> task label indices (-1 =
+    dropped); every unmapped raw class is an error unless dropped."""
     raw = pool.raw
     if not raw:
         return np.zeros(0, dtype=np.int64)

@@ -1,28 +1,15 @@
 """Synthetic perturbation domains: the task key ``perturb`` (seeded image transforms on every image).
 
-A task with ::
+Each image of every split and source type is transformed, in the listed order, as it is read: a SYNTHETIC target
+domain to pair with the clean task in a ``shift: covariate`` transfer (docs/tasks.md).
 
-    perturb:
-      seed: 0
-      transforms:
-        - {kind: hed_jitter, alpha: 0.05, beta: 0.05}
-        - {kind: blur, sigma: [0.5, 1.5]}
+Determinism: image ``key`` (its stable identity: relative path, row id) gets the random stream ``default_rng([seed,
+blake2b(key)])``, one child stream per transform, so the same image is changed the same way in every split, split
+seed and run, on every machine. The split's images fingerprint covers the transforms (kind, parameters, seed), so
+the embedding cache keys of a perturbed task differ from the clean task's.
 
-is its source's data with each image transformed, in the listed order, as it is read (every split,
-every source type: image folders, records, arrays, Hugging Face, the demos). The result is a SYNTHETIC
-target domain: pair it with the unperturbed task in a transfer task (``shift: covariate``) to ask
-whether a synthetic corruption reproduces a real acquisition failure.
-
-Determinism: image ``key`` (its stable identity: relative path, row id) gets the random stream
-``default_rng([seed, blake2b(key)])``, one child stream per transform, so the same image is changed
-the same way in every split, split seed and run, on every machine. The split's images fingerprint
-covers the transforms (kind, parameters, seed), so the embedding cache keys of a perturbed task
-differ from the clean task's.
-
-The kinds are the plugin host's ``perturbations`` registry (``prism-run ls perturbations``): the
-built-in ones below are registered by this module's ``register_perturbations`` hook, and a plugin adds
-its own the same way. Built-in kinds (a numeric parameter may be a number or a ``[low, high]`` range
-drawn uniformly per image):
+The kinds are the ``perturbations`` registry (``prism-run ls perturbations``; built-ins registered by this module's
+hook). A numeric parameter may be a number or a ``[low, high]`` range drawn per image:
 
 ``hed_jitter``  stain jitter in HED space (Tellez et al. 2018): colour deconvolution with the
                 Ruifrok-Johnston haematoxylin-eosin-DAB matrix (as scikit-image's ``rgb2hed``), each
@@ -151,13 +138,17 @@ def _check_param(value: Any, p: Param, fail: Callable[[str], Exception]) -> Any:
 
 def check_task_perturb(value: Any, ctx) -> dict[str, Any] | None:
     """The ``perturb`` task key's validator (tasks/keys.py): :func:`check_perturb`, refused for a task whose
-    source is precomputed embeddings (there are no images to perturb)."""
+    source is a feature source (there are no images to perturb)."""
+    from prism_plugin.plugins import host_or_shared
+
     out = check_perturb(value, ctx.fail, host=ctx.host)
     source = ctx.data.get("source")
-    if out is not None and isinstance(source, Mapping) and source.get("type") == "precomputed":
-        raise ctx.fail("perturb", "the task reads precomputed embeddings (source.type precomputed): there are no "
-                                  "images to perturb; perturb an image task (imagefolder, npz, hf, demo, hema_demo, ...) "
-                                  "or drop the key")
+    kind = source.get("type") if isinstance(source, Mapping) else None
+    sources = host_or_shared(ctx.host).sources
+    if out is not None and isinstance(kind, str) and kind in sources and sources.meta(kind, "kind") == "features":
+        raise ctx.fail("perturb", f"the task reads embedding vectors (source.type {kind} is a feature source): there "
+                                  "are no images to perturb; perturb an image task (imagefolder, npz, hf, demo, "
+                                  "hema_demo, ...) or drop the key")
     return out
 
 
@@ -338,15 +329,8 @@ class PerturbedImageRef(ImageRef):
             base = np.asarray(im.convert("RGB"))
         return apply_perturb(base, self.spec, self.key, self.transforms)
 
-    def load_bytes(self) -> bytes:
-        from PIL import Image
-
-        out = io.BytesIO()
-        Image.fromarray(self.pixels()).save(out, format="PNG", compress_level=1)
-        return out.getvalue()
-
     def digest_bytes(self) -> bytes:
-        from prism_plugin.hashing import file_digest
+        from prism_plugin.storage import file_digest
 
         head = f"perturb|{spec_text(self.spec)}|".encode()
         if isinstance(self.item, ImageRef):

@@ -19,10 +19,9 @@ from prism_plugin.errors import PrismError
 class RecordsSource(Source):
     """A manifest (CSV, JSON list, JSON lines) with one row per image: image path, class, split.
 
-    ``<root>/<file>`` lists images relative to ``<root>/<image_dir>``; rows
-    keep the file's order (the reference's ``pandas``/``random`` split
-    procedures depend on it). Used for MHIST (``annotations.csv``) and
-    SPIDER (``metadata.json``).
+    ``<root>/<file>`` lists images relative to ``<root>/<image_dir>``; rows keep the file's order (the reference's
+    ``pandas``/``random`` split procedures depend on it). Used for MHIST (``annotations.csv``) and SPIDER
+    (``metadata.json``).
     """
 
     type_name = "records"

@@ -21,16 +21,20 @@ _MAX_LIVE_BUFFERS = 32
 class ImageRef:
     """An encoded image read on demand, opened by PIL like a file object.
 
-    Subclasses implement :meth:`load_bytes` (the encoded image) and may
-    override :meth:`digest_bytes` (what the fingerprint hashes; default: the
-    encoded bytes). Only the most recently read images keep their bytes in
-    memory, so a pass over a large dataset does not accumulate them.
+    Subclasses implement :meth:`load_bytes` (the encoded image) or ``pixels()`` and may override
+    :meth:`digest_bytes` (what the fingerprint hashes; default: the encoded bytes). Only the most recently read
+    images keep their bytes in memory, so a pass over a large dataset does not accumulate them.
     """
 
     key: str = ""
 
-    def load_bytes(self) -> bytes:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def load_bytes(self) -> bytes:
+        """The encoded image: by default a PNG of the subclass's ``pixels()`` (a uint8 image array)."""
+        from PIL import Image
+
+        out = io.BytesIO()
+        Image.fromarray(self.pixels()).save(out, format="PNG", compress_level=1)
+        return out.getvalue()
 
     def digest_bytes(self) -> bytes:
         return self.load_bytes()
@@ -94,13 +98,6 @@ class ArrayImageRef(ImageRef):
                 a = a * 255.0
             a = np.clip(a, 0, 255).astype(np.uint8)
         return np.ascontiguousarray(a)
-
-    def load_bytes(self) -> bytes:
-        from PIL import Image
-
-        out = io.BytesIO()
-        Image.fromarray(self.pixels()).save(out, format="PNG", compress_level=1)
-        return out.getvalue()
 
     def digest_bytes(self) -> bytes:
         a = self.pixels()

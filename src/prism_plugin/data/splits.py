@@ -10,19 +10,13 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from prism_plugin.errors import PrismError, suggest
 
-SPLIT_PROCEDURES = {
-    "random_split": "torch.utils.data.random_split of the pool with a seeded generator; parts take "
-                    "floor(f*N) items each, the last part the remainder (remainder: round_robin = torch's own rule)",
-    "sample": "pandas DataFrame.sample(frac=f, random_state=seed) of the pool -> one part, the rest -> the other",
-    "shuffle": "Python random.Random(seed).shuffle of the pool; the first floor(f*N) -> one part, the rest -> the other",
-    "stratified": "scikit-learn train_test_split(stratify=labels, random_state=seed) into two parts",
-}
 SPLIT_KEYS = {"procedure", "from", "seed", "parts", "remainder"}
 
 
@@ -62,26 +56,25 @@ def check_split_spec(spec: Any, fail: Callable[[str, str], PrismError]) -> dict[
         fracs[name] = float(f)
     numeric = [v for v in fracs.values() if v != "rest"]
     n_rest = sum(v == "rest" for v in fracs.values())
-    if proc in ("random_split", "stratified"):
-        if n_rest:
-            raise fail("split.parts", f"{proc} takes a fraction for every part ('rest' is for sample/shuffle)")
-        if proc == "stratified" and len(fracs) != 2:
-            raise fail("split.parts", "stratified makes exactly two parts, e.g. {train: 0.7, heldout: 0.3}")
-        total = sum(numeric)
-        if proc == "random_split" and abs(total - 1.0) > 1e-9:
-            raise fail("split.parts", f"fractions must sum to 1, got {total:g}")
-        if proc == "stratified" and total > 1 + 1e-9:
-            raise fail("split.parts", f"fractions sum to {total:g} > 1")
-    else:
-        if len(fracs) != 2 or n_rest != 1:
-            raise fail("split.parts", f"{proc} makes two parts: one fraction and one 'rest', e.g. {{val: 0.15, train: rest}}")
+    rule = SPLIT_PROCEDURES[proc]
+    if rule.rest and (len(fracs) != 2 or n_rest != 1):
+        raise fail("split.parts", f"{proc} makes two parts: one fraction and one 'rest', e.g. {{val: 0.15, train: rest}}")
+    if not rule.rest and n_rest:
+        raise fail("split.parts", f"{proc} takes a fraction for every part ('rest' is for sample/shuffle)")
+    if rule.two_parts and len(fracs) != 2:
+        raise fail("split.parts", f"{proc} makes exactly two parts, e.g. {{train: 0.7, heldout: 0.3}}")
+    total = sum(numeric)
+    if rule.sum_to_one and abs(total - 1.0) > 1e-9:
+        raise fail("split.parts", f"fractions must sum to 1, got {total:g}")
+    if not rule.rest and not rule.sum_to_one and total > 1 + 1e-9:
+        raise fail("split.parts", f"fractions sum to {total:g} > 1")
     remainder = spec.get("remainder", "last")
     if remainder not in ("last", "round_robin"):
         raise fail("split.remainder", f"must be 'last' or 'round_robin', got {remainder!r}")
-    if "remainder" in spec and proc != "random_split":
+    if "remainder" in spec and not rule.remainder:
         raise fail("split.remainder", "only applies to procedure random_split")
     out = {"procedure": proc, "seed": seed, "from": src_list if len(src_list) > 1 else src_list[0], "parts": fracs}
-    if proc == "random_split":
+    if rule.remainder:
         out["remainder"] = remainder
     return out
 
@@ -98,44 +91,88 @@ def random_split_lengths(n: int, fractions: Sequence[float], remainder: str = "l
     return lengths
 
 
-def run_split_procedure(spec: dict[str, Any], labels: np.ndarray) -> dict[str, np.ndarray]:
-    """Positions (into the pool, in the procedure's natural order) of every part."""
-    labels = np.asarray(labels)
+def _random_split(spec: dict[str, Any], labels: np.ndarray) -> dict[str, np.ndarray]:
+    import torch
+    from torch.utils.data import random_split
+
+    names = list(spec["parts"])
+    lengths = random_split_lengths(len(labels), [spec["parts"][p] for p in names], spec.get("remainder", "last"))
+    subsets = random_split(range(len(labels)), lengths, generator=torch.Generator().manual_seed(int(spec["seed"])))
+    return {p: np.asarray(s.indices, dtype=np.int64) for p, s in zip(names, subsets)}
+
+
+def _fraction_and_rest(spec: dict[str, Any]) -> tuple[str, str, float]:
+    parts = spec["parts"]
+    frac_name = next(p for p in parts if parts[p] != "rest")
+    return frac_name, next(p for p in parts if p != frac_name), parts[frac_name]
+
+
+def _sample(spec: dict[str, Any], labels: np.ndarray) -> dict[str, np.ndarray]:
+    import pandas as pd
+
+    frac_name, rest_name, frac = _fraction_and_rest(spec)
     n = len(labels)
-    proc, seed, parts = spec["procedure"], int(spec["seed"]), spec["parts"]
-    names = list(parts)
-    if proc == "random_split":
-        import torch
-        from torch.utils.data import random_split
+    picked = pd.Series(np.arange(n)).sample(frac=frac, random_state=int(spec["seed"])).to_numpy()
+    mask = np.ones(n, dtype=bool)
+    mask[picked] = False
+    return {frac_name: picked.astype(np.int64), rest_name: np.flatnonzero(mask)}
 
-        lengths = random_split_lengths(n, [parts[p] for p in names], spec.get("remainder", "last"))
-        subsets = random_split(range(n), lengths, generator=torch.Generator().manual_seed(seed))
-        return {p: np.asarray(s.indices, dtype=np.int64) for p, s in zip(names, subsets)}
-    frac_name = next(p for p in names if parts[p] != "rest") if proc in ("sample", "shuffle") else None
-    if proc == "sample":
-        import pandas as pd
 
-        rest_name = next(p for p in names if p != frac_name)
-        picked = pd.Series(np.arange(n)).sample(frac=parts[frac_name], random_state=seed).to_numpy()
-        mask = np.ones(n, dtype=bool)
-        mask[picked] = False
-        return {frac_name: picked.astype(np.int64), rest_name: np.flatnonzero(mask)}
-    if proc == "shuffle":
-        rest_name = next(p for p in names if p != frac_name)
-        order = list(range(n))
-        random.Random(seed).shuffle(order)
-        k = int(math.floor(parts[frac_name] * n))
-        return {frac_name: np.asarray(order[:k], dtype=np.int64), rest_name: np.asarray(order[k:], dtype=np.int64)}
-    if proc == "stratified":
-        from sklearn.model_selection import train_test_split
+def _shuffle(spec: dict[str, Any], labels: np.ndarray) -> dict[str, np.ndarray]:
+    frac_name, rest_name, frac = _fraction_and_rest(spec)
+    order = list(range(len(labels)))
+    random.Random(int(spec["seed"])).shuffle(order)
+    k = int(math.floor(frac * len(labels)))
+    return {frac_name: np.asarray(order[:k], dtype=np.int64), rest_name: np.asarray(order[k:], dtype=np.int64)}
 
-        first, second = names
-        f1, f2 = parts[first], parts[second]
-        train_size = f1 if f1 + f2 < 1 - 1e-9 else None
-        a, b = train_test_split(np.arange(n), test_size=f2, train_size=train_size, stratify=labels,
-                                random_state=seed)
-        return {first: np.asarray(a, dtype=np.int64), second: np.asarray(b, dtype=np.int64)}
-    raise PrismError(f"unknown split procedure {proc!r}")  # pragma: no cover - validated earlier
+
+def _stratified(spec: dict[str, Any], labels: np.ndarray) -> dict[str, np.ndarray]:
+    from sklearn.model_selection import train_test_split
+
+    (first, f1), (second, f2) = spec["parts"].items()
+    train_size = f1 if f1 + f2 < 1 - 1e-9 else None
+    a, b = train_test_split(np.arange(len(labels)), test_size=f2, train_size=train_size, stratify=labels,
+                            random_state=int(spec["seed"]))
+    return {first: np.asarray(a, dtype=np.int64), second: np.asarray(b, dtype=np.int64)}
+
+
+@dataclass(frozen=True)
+class SplitProcedure:
+    """One ``split.procedure``: how the reference made its parts, and the rules of its ``parts``."""
+
+    description: str
+    make: Callable[[dict[str, Any], np.ndarray], dict[str, np.ndarray]]  # (spec, pool labels) -> positions
+    rest: bool = False         # two parts: one fraction and one 'rest' (else a fraction for every part)
+    two_parts: bool = False
+    sum_to_one: bool = False   # the fractions sum to 1 (else to at most 1)
+    remainder: bool = False    # takes split.remainder
+    min_per_class: int = 0     # items every class of the pool needs
+
+
+#: ``split.procedure`` name -> its declaration
+SPLIT_PROCEDURES: dict[str, SplitProcedure] = {
+    "random_split": SplitProcedure(
+        "torch.utils.data.random_split of the pool with a seeded generator; parts take floor(f*N) items each, "
+        "the last part the remainder (remainder: round_robin = torch's own rule)", _random_split,
+        sum_to_one=True, remainder=True),
+    "sample": SplitProcedure("pandas DataFrame.sample(frac=f, random_state=seed) of the pool -> one part, the rest "
+                             "-> the other", _sample, rest=True),
+    "shuffle": SplitProcedure("Python random.Random(seed).shuffle of the pool; the first floor(f*N) -> one part, the "
+                              "rest -> the other", _shuffle, rest=True),
+    "stratified": SplitProcedure("scikit-learn train_test_split(stratify=labels, random_state=seed) into two parts",
+                                 _stratified, two_parts=True, min_per_class=2),
+}
+
+
+def run_split_procedure(spec: dict[str, Any], labels: np.ndarray, where: str = "the pool") -> dict[str, np.ndarray]:
+    """Positions (into the pool, in the procedure's natural order) of every part; ``where`` names the pool."""
+    labels = np.asarray(labels)
+    rule = SPLIT_PROCEDURES[spec["procedure"]]
+    counts = np.bincount(labels) if rule.min_per_class and len(labels) else np.zeros(0, dtype=np.int64)
+    if (counts[counts > 0] < rule.min_per_class).any():
+        raise PrismError(f"{where}: a {spec['procedure']} split needs >= {rule.min_per_class} items per class; "
+                         f"class counts {counts.tolist()}")
+    return rule.make(spec, labels)
 
 
 def with_split_seed(task, split_seed: int | None):

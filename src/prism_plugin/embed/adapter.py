@@ -1,21 +1,20 @@
 """The adapter base class: turns a batch of images into embeddings.
 
-An adapter declares what it produces (``embed_dim``) and how images must be
-prepared (``preprocessing``); the extraction loop does the rest (decoding,
-batching, device placement, L2 normalisation, caching). Subclasses implement
-:meth:`build` (construct the network, load weights) and :meth:`forward`
-(a preprocessed ``(B, 3, H, W)`` tensor -> ``(B, embed_dim)`` features).
+An adapter declares what it produces (``embed_dim``) and how images must be prepared (``preprocessing``); the
+extraction loop does the rest (decoding, batching, device placement, L2 normalisation, caching). Subclasses
+implement :meth:`build` (construct the network, load weights) and :meth:`forward` (a preprocessed ``(B, 3, H, W)``
+tensor -> ``(B, embed_dim)`` features).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from prism_plugin.errors import PrismError
-from prism_plugin.hashing import memoised_file_digest
+from prism_plugin.storage import memoised_file_digest
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -23,12 +22,8 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
-#: Preprocessing profiles of the built-in foundation-model adapters:
-#: ``prism_main`` = what the PRISM paper applied on its six main datasets
-#: (its Table 4), ``model_card`` = each model's own documented transform (its
-#: Table 6, used for the Camelyon17 extraction). The profile is part of the
-#: cache key.
-PROFILES = ("prism_main", "model_card")
+#: The default preprocessing profile: what the PRISM paper applied on its six main datasets (its
+#: Table 4; ``model_card`` = each model's own documented transform). Part of the cache key.
 DEFAULT_PROFILE = "prism_main"
 
 #: ``--model-args dtype=...`` -> autocast dtype on CUDA (``None`` = full fp32).
@@ -154,9 +149,9 @@ def _existing_file_or_folder(value: Any):
 
 
 def path_content_digest(path) -> str:
-    """The content digest of a weight file (:func:`file_content_digest`) or of a checkpoint folder: its
-    weight files (:data:`WEIGHT_SUFFIXES`, top level, sorted) as ``name=digest`` pairs; ``""`` for a
-    folder that holds none (e.g. a data folder)."""
+    """The content digest of a weight file (:func:`file_content_digest`) or of a checkpoint folder: its weight
+    files (:data:`WEIGHT_SUFFIXES`, top level, sorted) as ``name=digest`` pairs; ``""`` for a folder that holds
+    none (e.g. a data folder)."""
     from pathlib import Path
 
     path = Path(path)
@@ -167,17 +162,8 @@ def path_content_digest(path) -> str:
 
 
 def declared_weights(adapter: "Adapter") -> dict[str, Any]:
-    """What the default :meth:`Adapter.weights_fingerprint` covers, as JSON-plain data:
-
-    * ``hub``: ``hub_id@revision`` when the adapter declares a ``hub_id`` (``revision`` attribute,
-      default ``main``);
-    * ``files``: for every constructor argument (keyword or positional) and every public instance
-      attribute whose value names an existing file, the file's content digest (blake2b, memoised
-      per path, size and modification time, so a multi-GB checkpoint is read once per process);
-      for a folder, the digests of the weight files in it. The content counts, not the path: a
-      checkpoint moved elsewhere keeps its fingerprint, one rewritten in place changes it;
-    * ``args``: every other constructor argument, by value, except those that never change the
-      embeddings (:data:`RUNTIME_ARGS`).
+    """What the default :meth:`Adapter.weights_fingerprint` covers: ``hub`` (``hub_id@revision``), ``files``
+    (blake2b content digests, memoised per path, size and mtime) and ``args`` (the rest but :data:`RUNTIME_ARGS`).
     """
     out: dict[str, Any] = {}
     if getattr(adapter, "hub_id", ""):
@@ -225,11 +211,10 @@ _UNSET = object()
 class Adapter:
     """Base class of every image adapter.
 
-    Class attributes a subclass sets: ``name`` (the ``--model`` name),
-    ``display_name`` (the ``model`` column), ``embed_dim``, ``preprocessing``,
-    ``licence`` and ``hub_id`` where relevant. ``normalize`` (L2, on by default
-    as in the PRISM protocol) and ``batch_size`` may be overridden per run with
-    ``--model-args normalize=false,batch_size=32``.
+    Class attributes a subclass sets: ``name`` (the ``--model`` name), ``display_name`` (the ``model`` column),
+    ``embed_dim``, ``preprocessing``, ``licence`` and ``hub_id`` where relevant. ``normalize`` (L2, on by default
+    as in the PRISM protocol) and ``batch_size`` may be overridden per run with ``--model-args
+    normalize=false,batch_size=32``.
     """
 
     name: str = "adapter"
@@ -238,7 +223,8 @@ class Adapter:
     preprocessing: Preprocessing = Preprocessing(224, 224)
     licence: str = ""
     hub_id: str = ""
-    #: "images" adapters embed decoded tiles; "features" adapters read precomputed arrays.
+    #: "images" adapters embed decoded tiles; "features" adapters read vectors from a feature source
+    #: (``feature_source(task)``: their own, or ``None`` for the task's; see embed/load.feature_source).
     input_kind: str = "images"
     #: dtype for ``torch.autocast`` during extraction on CUDA (``None``: full fp32).
     #: The extraction loop reads it; adapters document why their model tolerates it.
@@ -323,17 +309,15 @@ class Adapter:
         The default covers, without any code in the subclass (:func:`declared_weights`):
 
         * the **content** of every file named by a constructor argument or a public attribute
-          (``checkpoint="/w/model.pt"``, ``self.weights = Path(...)``): a checkpoint rewritten in
-          place gets a new fingerprint, so its embeddings are re-extracted; a checkpoint folder
-          counts by the weight files in it (:data:`WEIGHT_SUFFIXES`);
+          (``checkpoint="/w/model.pt"``, ``self.weights = Path(...)``): a checkpoint rewritten in place gets a new
+          fingerprint, a moved one keeps it; a checkpoint folder counts by its weight files (:data:`WEIGHT_SUFFIXES`);
         * ``hub_id`` with a ``revision`` attribute (default ``main``) when declared;
-        * every other constructor argument by value (not ``batch_size``, ``device``, ``normalize``,
-          which :meth:`config` already covers or which do not change the numbers).
+        * every other constructor argument by value (not ``batch_size``, ``device``, ``normalize``, which
+          :meth:`config` already covers or which do not change the numbers).
 
-        An adapter with nothing of the kind gets ``""``. Override it when the weights come from
-        somewhere else (a download resolved at build time, a random initialisation): return a
-        string that changes whenever the weights do, e.g. ``"file:" + file_content_digest(path)``
-        or ``f"hub:{repo}@{commit}"``.
+        An adapter with nothing of the kind gets ``""``. Override it when the weights come from somewhere else (a
+        download resolved at build time, a random initialisation): return a string that changes whenever the
+        weights do, e.g. ``"file:" + file_content_digest(path)`` or ``f"hub:{repo}@{commit}"``.
         """
         declared = declared_weights(self)
         return json.dumps(declared, sort_keys=True) if declared else ""
@@ -345,26 +329,3 @@ class Adapter:
     def describe(self) -> Mapping[str, Any]:
         return {"name": self.name, "display_name": self.display_name, "embed_dim": self.embed_dim,
                 "licence": self.licence, "hub_id": self.hub_id, **self.config()}
-
-
-def state_dict_digest(module) -> str:
-    """blake2b over every parameter and buffer (names, shapes, dtypes, bytes)."""
-    import torch
-
-    h = hashlib.blake2b(digest_size=16)
-    for key, tensor in sorted(module.state_dict().items()):
-        t = tensor.detach().cpu().contiguous()
-        h.update(f"{key}|{tuple(t.shape)}|{t.dtype}".encode())
-        if t.numel():
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-@dataclass
-class AdapterInfo:
-    """What ``prism-run ls adapters`` shows."""
-
-    name: str
-    origin: str
-    description: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)

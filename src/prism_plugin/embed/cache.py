@@ -1,7 +1,7 @@
 """The content-addressed embedding cache.
 
-An entry is keyed by the adapter fingerprint (architecture, weights, pooling,
-preprocessing, normalisation), the dataset fingerprint and the split. Layout::
+An entry is keyed by the adapter fingerprint (architecture, weights, pooling, preprocessing, normalisation), the
+dataset fingerprint and the split. Layout::
 
     <cache>/embeddings/<key[:2]>/<key>/
         shards/00000.features.npy ...   while extracting (each written atomically)
@@ -10,19 +10,15 @@ preprocessing, normalisation), the dataset fingerprint and the split. Layout::
         manifest.json                   written last: the entry exists iff it does
     <cache>/embeddings/<key[:2]>/<key>.lock   the entry's file lock (never deleted)
 
-The manifest records shape, dtype, BLAKE2 checksums and provenance. Loading
-re-checks all of them; a corrupt, partial or mismatched entry is reported,
-removed and recomputed, never silently used. Shards carry their own checksums,
-so an interrupted extraction resumes from the shards that are intact and
-re-extracts the rest.
+The manifest records shape, dtype, BLAKE2 checksums and provenance. Loading re-checks all of them; a corrupt,
+partial or mismatched entry is reported, removed and recomputed, never silently used. Shards carry their own
+checksums, so an interrupted extraction resumes from the shards that are intact and re-extracts the rest.
 
-Concurrency: one file lock per entry serialises its writers (two processes
-never extract the same shard twice) and its removal. Readers take no lock:
-they only ever see a complete entry (the manifest is renamed into place last)
-or none. Removal renames the entry folder away before deleting it, so a reader
-that raced with ``prism-run cache rm`` sees the entry vanish (and recomputes it)
-rather than a half-deleted folder; arrays it already memory-mapped stay valid.
-Every array is read with ``allow_pickle=False``.
+Concurrency: one file lock per entry serialises its writers (two processes never extract the same shard twice) and
+its removal. Readers take no lock: they only ever see a complete entry (the manifest is renamed into place last) or
+none. Removal renames the entry folder away before deleting it, so a reader that raced with ``prism-run cache rm``
+sees the entry vanish (and recomputes it) rather than a half-deleted folder; arrays it already memory-mapped stay
+valid. Every array is read with ``allow_pickle=False``.
 """
 
 from __future__ import annotations
@@ -43,8 +39,7 @@ import numpy as np
 from filelock import FileLock, Timeout
 
 from prism_plugin.errors import PrismError
-from prism_plugin.fsfaults import as_error, check_free_space, naming
-from prism_plugin.hashing import file_digest
+from prism_plugin.storage import as_error, atomic_write_text, check_free_space, file_digest, naming
 from prism_plugin.paths import cache_root
 
 FORMAT_VERSION = 1
@@ -63,9 +58,8 @@ _LOCKS_GUARD = threading.Lock()
 def shard_size(default: int = DEFAULT_SHARD_SIZE) -> int:
     """Tiles per extraction shard: ``$PRISM_SHARD_SIZE`` or ``default``.
 
-    Smaller shards lose less work when a run is killed, larger ones write
-    fewer files. The size is recorded with every shard; shards written with
-    another size are re-extracted, never mixed.
+    Smaller shards lose less work when a run is killed, larger ones write fewer files. The size is recorded with
+    every shard; shards written with another size are re-extracted, never mixed.
     """
     raw = os.environ.get(SHARD_ENV, "").strip()
     if not raw:
@@ -91,14 +85,6 @@ CACHE_ELSEWHERE = "pass --cache-dir DIR (or set PRISM_CACHE_DIR) to another fold
 CACHE_FIX = "free space there, or pass --cache-dir DIR (or set PRISM_CACHE_DIR) to a folder on another disk"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """:func:`prism_plugin.results.atomic_write_text`, imported when first used: the results module
-    imports pandas, which an extraction worker (:mod:`prism_plugin.embed.workers`) never needs."""
-    from prism_plugin.results import atomic_write_text as write
-
-    write(path, text)
-
-
 def _cache_fault(exc: OSError, path: Path) -> PrismError:
     """The one line for an ``OSError`` writing ``path`` in the cache (names the file and the fix)."""
     return as_error(exc, path=path, elsewhere=CACHE_ELSEWHERE)
@@ -107,8 +93,8 @@ def _cache_fault(exc: OSError, path: Path) -> PrismError:
 def save_npy_atomic(path: Path, array: np.ndarray) -> None:
     """``np.save`` (no pickle) to a temporary name in the same folder, fsync, rename.
 
-    A failed write (full disk, quota, read-only) removes the temporary file and raises
-    one :class:`~prism_plugin.errors.PrismError` naming ``path``.
+    A failed write (full disk, quota, read-only) removes the temporary file and raises one
+    :class:`~prism_plugin.errors.PrismError` naming ``path``.
     """
     path = Path(path)
     array = np.asarray(array)
@@ -264,9 +250,8 @@ class CacheEntry:
     def load(self, verify: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
         """Memory-mapped features and labels, or ``None``.
 
-        ``None`` without a word when the entry does not exist (or another
-        process removed it while we read); ``None`` with a warning, after
-        removing the entry, when it is corrupt.
+        ``None`` without a word when the entry does not exist (or another process removed it while we read);
+        ``None`` with a warning, after removing the entry, when it is corrupt.
         """
         problem: Exception | None = None
         for _attempt in range(3):
@@ -322,9 +307,8 @@ class CacheEntry:
     def remove(self, timeout: float = -1) -> bool:
         """Delete the entry safely; ``False`` if another process held the lock past ``timeout`` s.
 
-        The manifest goes first (the entry stops existing), then the folder is
-        renamed into ``embeddings/.trash`` and deleted there, so nobody ever
-        sees a half-deleted entry under its key.
+        The manifest goes first (the entry stops existing), then the folder is renamed into ``embeddings/.trash``
+        and deleted there, so nobody ever sees a half-deleted entry under its key.
         """
         lock = self.lock()
         try:
@@ -367,8 +351,8 @@ class CacheEntry:
     def shard_done(self, index: int, expected_rows: int, start: int | None = None) -> bool:
         """Whether shard ``index`` is on disk, complete and intact (its checksums match).
 
-        A shard written for another layout (other ``start`` or size) or whose
-        files do not match their checksums is deleted and reported as not done.
+        A shard written for another layout (other ``start`` or size) or whose files do not match their checksums is
+        deleted and reported as not done.
         """
         fpath, lpath = self.shard_paths(index)
         meta = self.shard_record(index)

@@ -1,22 +1,18 @@
 """Model hub access: offline detection, weight downloads and one clear error.
 
-Foundation-model weights live on the Hugging Face hub (several are gated:
-the user must accept the model's terms there and log in). Two things make a
-naive ``from_pretrained`` miserable on a machine without network: the hub
-client retries a failed request five times with back-off (about 25 s), and the
-resulting error does not say what to do. This module avoids both:
+Foundation-model weights live on the Hugging Face hub (several are gated: the user must accept the model's terms
+there and log in). Two things make a naive ``from_pretrained`` miserable on a machine without network: the hub
+client retries a failed request five times with back-off (about 25 s), and the resulting error does not say what to
+do. This module avoids both:
 
-* :func:`prepare_hub` decides once per process whether the hub may be used.
-  ``--offline`` (``HF_HUB_OFFLINE=1``), ``TRANSFORMERS_OFFLINE=1`` or a failed
-  2-second TCP probe of the hub endpoint put the hub client in offline mode:
-  the environment variable is set for libraries not imported yet, and the
-  already imported ``huggingface_hub`` is switched over too (it reads the
-  variable only at import time). In offline mode the client answers from its
-  local cache at once and never retries.
-* :func:`download_weights` fetches (or finds in the cache) a model's weight
-  file and turns every failure into :func:`weights_error`: one line naming the
-  model, the hub id and both remedies (log in / accept the terms, or pass a
-  local ``--model-args checkpoint=PATH``).
+* :func:`prepare_hub` decides once per process whether the hub may be used. ``--offline`` (``HF_HUB_OFFLINE=1``),
+  ``TRANSFORMERS_OFFLINE=1`` or a failed 2-second TCP probe of the hub endpoint put the hub client in offline mode:
+  the environment variable is set for libraries not imported yet, and the already imported ``huggingface_hub`` is
+  switched over too (it reads the variable only at import time). In offline mode the client answers from its local
+  cache at once and never retries.
+* :func:`download_weights` fetches (or finds in the cache) a model's weight file and turns every failure into
+  :func:`weights_error`: one line naming the model, the hub id and both remedies (log in / accept the terms, or
+  pass a local ``--model-args checkpoint=PATH``).
 """
 
 from __future__ import annotations
@@ -95,8 +91,8 @@ def network_reachable(timeout: float = PROBE_TIMEOUT_S) -> bool:
 def prepare_hub(offline: bool | None = None) -> bool:
     """Decide whether the hub may be contacted; return True when working offline.
 
-    Call it before any hub download. ``offline=True`` forces offline mode; by
-    default the environment decides, then a short network probe.
+    Call it before any hub download. ``offline=True`` forces offline mode; by default the environment decides, then
+    a short network probe.
     """
     if offline or offline_requested():
         set_offline("" if "offline_reason" in _state else "--offline / HF_HUB_OFFLINE=1")
@@ -174,8 +170,7 @@ def download_weights(hub_id: str, filenames: Sequence[str], *, model: str, gated
                      revision: str | None = None) -> Path:
     """Local path of the first of ``filenames`` that the hub (or its cache) has.
 
-    Raises :class:`HubWeightsError` at once when offline and not cached, or
-    when the hub refuses access.
+    Raises :class:`HubWeightsError` at once when offline and not cached, or when the hub refuses access.
     """
     prepare_hub()
     try:
@@ -187,7 +182,7 @@ def download_weights(hub_id: str, filenames: Sequence[str], *, model: str, gated
         try:
             return Path(hf_hub_download(hub_id, filename, revision=revision))
         except Exception as exc:  # noqa: BLE001 - classified below, re-raised as one clear error
-            from prism_plugin.fsfaults import as_error, is_storage_fault
+            from prism_plugin.storage import as_error, is_storage_fault
 
             if is_storage_fault(exc):  # the hub cache is full / read-only: name it, not the model
                 raise as_error(exc, path=hub_cache_dir(), elsewhere="set HF_HUB_CACHE (or HF_HOME) to a writable "

@@ -1,18 +1,16 @@
 """Embeddings of a task's splits: from the cache, extracting what is missing (task -> data -> embeddings).
 
-``opts`` is any object with the job options the loading reads (``limit``, ``cache_dir``,
-``device``, ``num_workers``, ``progress``, ``allow_size_mismatch``; optionally ``extract_workers``
-and ``executor`` for a split extracted by several workers, see :func:`shard_workers`), e.g.
-:class:`prism_plugin.runner.JobOptions`. Nothing here imports the runner: summaries that need
-embeddings (geometry) call these functions directly.
+``opts`` is any object with the job options the loading reads (``limit``, ``cache_dir``, ``device``,
+``num_workers``, ``progress``, ``allow_size_mismatch``; optionally ``extract_workers`` and ``executor`` for a split
+extracted by several workers, see :func:`shard_workers`), e.g. :class:`prism_plugin.runner.JobOptions`. Nothing
+here imports the runner: summaries that need embeddings (geometry) call these functions directly.
 
-When every split of a task is loaded (``only=None``, and always for a transfer task), the splits
-are validated (:func:`~prism_plugin.protocol.inputs.check_splits`) and checked together
-(:func:`~prism_plugin.protocol.inputs.check_data`): the info dict's ``data_checks`` lists what was
-found (split overlap, zero rows, extreme scale, one-class test split, rare classes; level
-``warning`` or ``allowed``), errors are raised. Identical split definitions (the same split name,
-the same data fingerprint) are refused before anything is extracted, unless the task's
-``allow_split_overlap`` names the pair.
+When every split of a task is loaded (``only=None``, and always for a transfer task), the splits are validated
+(:func:`~prism_plugin.protocol.inputs.check_splits`) and checked together
+(:func:`~prism_plugin.protocol.inputs.check_data`): the info dict's ``data_checks`` lists what was found (split
+overlap, zero rows, extreme scale, one-class test split, rare classes; level ``warning`` or ``allowed``), errors
+are raised. Identical split definitions (the same split name, the same data fingerprint) are refused before
+anything is extracted, unless the task's ``allow_split_overlap`` names the pair.
 """
 
 from __future__ import annotations
@@ -78,12 +76,34 @@ def load_embeddings(task: TaskConfig, adapter, opts,
         return _load_embeddings(task, adapter, opts, only, host)
 
 
-def read_feature_split(adapter, embeddings_key: str, name: str, where: str):
-    """``(X, y, fingerprint)`` of one split of a features adapter (``precomputed``), checked: labels
-    1-D integers (before ``--limit`` picks rows by them: one-hot rows must not be flattened), features
-    a 2-D matrix, equal lengths; ``where`` names the split in messages."""
-    X, y, fp = adapter.load_split(embeddings_key, name)
-    return (*checked_features(X, y, where), fp)
+def feature_source(task: TaskConfig, adapter, host=None):
+    """The feature source a features adapter (``--model precomputed``) reads ``task`` from: the adapter's
+    own (``adapter.feature_source(task)``, e.g. ``--model-args root=DIR``), else the task's, of kind features."""
+    source = adapter.feature_source(task)
+    if source is None:
+        source = open_source(task, host=host)
+        if getattr(source, "input_kind", "images") != "features":
+            raise PrismError(f"task {task.name}: source type {task.source.get('type')} yields images, and --model "
+                             f"{adapter.name} reads embedding vectors: pass --model-args root=DIR (embeddings/<model>) "
+                             "or path=DIR, or run an image encoder")
+    return source
+
+
+def image_source(task: TaskConfig, adapter, host=None):
+    """The task's source for an image adapter; a feature source is refused (its vectors need no adapter)."""
+    source = open_source(task, host=host)
+    if getattr(source, "input_kind", "images") != "images":
+        raise PrismError(f"task {task.name}: source type {task.source.get('type')} yields embedding vectors, not "
+                         f"images, so adapter {adapter.name} has nothing to embed; run it with --model precomputed")
+    return source
+
+
+def read_feature_split(source, name: str, where: str):
+    """``(X, y, fingerprint)`` of one source-level split of a feature source, checked: labels 1-D integers
+    (before ``--limit`` picks rows by them: one-hot rows must not be flattened), features a 2-D matrix,
+    equal lengths; ``where`` names the split in messages."""
+    split = source.features(name)
+    return (*checked_features(split.X, split.y, where), split.fingerprint)
 
 
 def checked_features(X, y, where: str):
@@ -114,20 +134,18 @@ def _load_embeddings(task: TaskConfig, adapter, opts, only: tuple[str, ...] | No
         if problem:
             raise PrismError(problem)
     if adapter.input_kind == "features":
+        source = feature_source(task, adapter, host)
         for split in wanted:
             cfg = task.splits[split]
             where = f"{task.name} {split} ({adapter.name} adapter, split {cfg.name!r})"
-            X, y, fp = read_feature_split(adapter, task.embeddings_key, cfg.name, where)
+            X, y, fp = read_feature_split(source, cfg.name, where)
             X, y = limited(X, y, opts)
             splits[split] = SplitArrays(X, y, name=f"{task.name} {split}")
             info["fingerprints"][split] = fp if opts.limit is None else f"{fp}:limit={opts.limit}"
         if only is None:
             info["data_checks"] = _check_loaded(task, splits, info["fingerprints"], opts)
         return splits, info
-    source = open_source(task, host=host)
-    if source is None:
-        raise PrismError(f"task {task.name} reads precomputed embeddings (source.type precomputed); "
-                         "run it with --model precomputed --model-args root=DIR")
+    source = image_source(task, adapter, host)
     cache = EmbeddingCache(opts.cache_dir)
     device = None
     adapter_fp = adapter.fingerprint()
@@ -297,12 +315,11 @@ def _combine_transfer(task: TaskConfig, src: dict[str, SplitArrays], src_info: d
 class PoolStore:
     """The embeddings one job has loaded, by image: ``(scope, item key, label)`` -> a row of an array.
 
-    A task with ``split_seeds`` carves every split seed's splits out of one pool of images; the
-    splits of split seed 1 are the images of split seed 0's train and held-out splits in another
-    order. Their cache entries (keyed, as ever, by the split's fingerprint) are used when they
-    exist; a split without one whose images are all here is gathered from these rows instead of
-    being extracted again (``info["cache"][split] = "reused"``). ``scope`` is the task name (two
-    datasets may share relative item keys).
+    A task with ``split_seeds`` carves every split seed's splits out of one pool of images; the splits of split
+    seed 1 are the images of split seed 0's train and held-out splits in another order. Their cache entries (keyed,
+    as ever, by the split's fingerprint) are used when they exist; a split without one whose images are all here is
+    gathered from these rows instead of being extracted again (``info["cache"][split] = "reused"``). ``scope`` is
+    the task name (two datasets may share relative item keys).
     """
 
     def __init__(self) -> None:
@@ -374,10 +391,7 @@ class _SplitSeedLoader:
 
     # -- image adapters: plan every split first (cache hits feed the store), then materialise --
     def plan(self, task: TaskConfig, wanted: tuple[str, ...]) -> list[_Planned]:
-        source = open_source(task, host=self.host)
-        if source is None:
-            raise PrismError(f"task {task.name} reads precomputed embeddings (source.type precomputed); "
-                             "run it with --model precomputed --model-args root=DIR")
+        source = image_source(task, self.adapter, self.host)
         out = []
         for split in wanted:
             images = source.split(split, self.opts.limit)
@@ -449,14 +463,10 @@ class _SplitSeedLoader:
                                 "data_checks": []}
         spec = task.split
         parts: dict[str, np.ndarray] = {}
+        source = feature_source(task, self.adapter, self.host)
         if spec:
-            pool_X, pool_y, pool_fp = self._pool(task)
-            if spec["procedure"] == "stratified":
-                counts = np.bincount(pool_y)
-                if (counts[counts > 0] < 2).any():
-                    raise PrismError(f"task {task.name}: a stratified split needs >= 2 items per class; class counts "
-                                     f"{counts.tolist()} in its precomputed pool")
-            parts = run_split_procedure(spec, pool_y)
+            pool_X, pool_y, pool_fp = self._pool(task, source)
+            parts = run_split_procedure(spec, pool_y, f"task {task.name}: the pool of split.from")
             proc = _features_digest(np.frombuffer(json.dumps(spec, sort_keys=True).encode(), dtype=np.uint8))[:16]
         splits: dict[str, SplitArrays] = {}
         for split in wanted:
@@ -466,15 +476,15 @@ class _SplitSeedLoader:
                 idx = parts[cfg.name]
                 X, y, fp = pool_X[idx], pool_y[idx], f"{pool_fp}:split-{proc}:{cfg.name}"
             else:
-                X, y, fp = read_feature_split(self.adapter, task.embeddings_key, cfg.name, where)
+                X, y, fp = read_feature_split(source, cfg.name, where)
             X, y = limited(X, y, opts)
             check_expected(task, split, y, opts)
             splits[split] = SplitArrays(X, y, name=f"{task.name} {split}")
             info["fingerprints"][split] = fp if opts.limit is None else f"{fp}:limit={opts.limit}"
         return splits, info
 
-    def _pool(self, task: TaskConfig) -> tuple[np.ndarray, np.ndarray, str]:
-        """The precomputed pool of ``split.from`` (several names: concatenated in order), read once."""
+    def _pool(self, task: TaskConfig, source) -> tuple[np.ndarray, np.ndarray, str]:
+        """The pool of ``split.from`` (several names: concatenated in order) of a feature source, read once."""
         spec = task.split
         names = [spec["from"]] if isinstance(spec["from"], str) else list(spec["from"])
         cache_key = f"{task.name}|{task.embeddings_key}|{'+'.join(names)}"
@@ -482,13 +492,12 @@ class _SplitSeedLoader:
             return self._pools[cache_key]
         Xs, ys, fps = [], [], []
         for name in names:
+            where = f"{task.name} pool {name!r} ({self.adapter.name} adapter)"
             try:
-                X, y, fp = self.adapter.load_split(task.embeddings_key, name)
+                X, y, fp = read_feature_split(source, name, where)
             except PrismError as exc:
-                raise PrismError(f"task {task.name}: split_seeds with precomputed embeddings applies the split: "
-                                 f"procedure to the pool it splits (split.from: {name} -> {name}_features.npy + "
-                                 f"{name}_labels.npy); {exc}") from None
-            X, y = checked_features(X, y, f"{task.name} pool {name!r} ({self.adapter.name} adapter)")
+                raise PrismError(f"task {task.name}: split_seeds with a feature source applies the split: "
+                                 f"procedure to the pool it splits (split.from: {name}); {exc}") from None
             Xs.append(X)
             ys.append(y)
             fps.append(fp)
@@ -510,12 +519,12 @@ def load_split_seeds(task: TaskConfig, adapter, opts, host=None) -> list[tuple[i
     ``split_seeds`` (else its one set of splits, split seed ``None``, exactly as :func:`load_embeddings`
     / :func:`transfer_embeddings`).
 
-    No image is embedded twice across split seeds (:class:`PoolStore`): image adapters use the
-    cache entries of each split seed's splits where they exist (the same keys as a run with
-    ``--set split.seed=N``, so entries of earlier runs are used) and gather a missing split from the
-    rows of the others; only images that no split seed has yet are extracted. A ``precomputed``
-    pool is read once and split by the procedure for each split seed. A transfer task varies its
-    source split only: the target split is loaded once, at the target task's own ``split.seed``.
+    No image is embedded twice across split seeds (:class:`PoolStore`): image adapters use the cache entries of
+    each split seed's splits where they exist (the same keys as a run with ``--set split.seed=N``, so entries of
+    earlier runs are used) and gather a missing split from the rows of the others; only images that no split seed
+    has yet are extracted. A feature source's pool is read once and split by the procedure for each split seed. A
+    transfer task varies its source split only: the target split is loaded once, at the target task's own
+    ``split.seed``.
     """
     from prism_plugin.data.splits import with_split_seed
 
@@ -524,7 +533,7 @@ def load_split_seeds(task: TaskConfig, adapter, opts, host=None) -> list[tuple[i
                      if t is not None and (t.extras or {}).get("perturb")]
         if perturbed:
             raise PrismError(f"task {perturbed[0].name}: perturb: is a synthetic image perturbation, but --model "
-                             f"{adapter.name} reads precomputed embeddings (nothing to perturb); run an image "
+                             f"{adapter.name} reads embedding vectors (nothing to perturb); run an image "
                              "encoder, or drop perturb")
 
     seeds = tuple(getattr(task, "split_seeds", ()) or ())

@@ -1,29 +1,26 @@
 """One split's extraction sharded over several workers: local processes, or Ray actors on a cluster.
 
-The split's rows are cut into the cache's shards (shard k = rows ``[k*S, (k+1)*S)`` of the split's
-deterministic order, ``S`` = ``$PRISM_SHARD_SIZE``, default 2048). The driver holds the entry's
-lock, lists the shards not yet on disk (an interrupted run's intact shards are kept) and deals
-them round robin to ``N`` workers. Each worker builds the adapter itself (the driver's
-adapter, pickled without its network: the same weights, seeded), embeds its shards with the same
-loop as an in-process extraction (:func:`prism_plugin.embed.extract.embed_rows`: eval mode,
-inference mode, batches that start at the shard's first row) and writes each one with the cache's
-shard writer (atomic files, then the shard's checksummed record). The driver waits, re-verifies
-every new shard's record and checksums, and merges the shards as it always does
-(:meth:`~prism_plugin.embed.cache.CacheEntry.finalize`): the cache entry is byte-identical to an
-in-process extraction's.
+The split's rows are cut into the cache's shards (shard k = rows ``[k*S, (k+1)*S)`` of the split's deterministic
+order, ``S`` = ``$PRISM_SHARD_SIZE``, default 2048). The driver holds the entry's lock, lists the shards not yet on
+disk (an interrupted run's intact shards are kept) and deals them round robin to ``N`` workers. Each worker builds
+the adapter itself (the driver's adapter, pickled without its network: the same weights, seeded), embeds its shards
+with the same loop as an in-process extraction (:func:`prism_plugin.embed.extract.embed_rows`: eval mode, inference
+mode, batches that start at the shard's first row) and writes each one with the cache's shard writer (atomic files,
+then the shard's checksummed record). The driver waits, re-verifies every new shard's record and checksums, and
+merges the shards as it always does (:meth:`~prism_plugin.embed.cache.CacheEntry.finalize`): the cache entry is
+byte-identical to an in-process extraction's.
 
-Devices: with CUDA devices each worker gets one GPU (``CUDA_VISIBLE_DEVICES`` per local process;
-``num_gpus=1`` per Ray actor); on CPU the cores are split between the workers (torch intra-op
-threads = cores // N, and the DataLoader workers of each from what is left). The shards are dealt
-before any work starts (:func:`assign`), so which worker embeds which shard is fixed.
+Devices: with CUDA devices each worker gets one GPU (``CUDA_VISIBLE_DEVICES`` per local process; ``num_gpus=1`` per
+Ray actor); on CPU the cores are split between the workers (torch intra-op threads = cores // N, and the DataLoader
+workers of each from what is left). The shards are dealt before any work starts (:func:`assign`), so which worker
+embeds which shard is fixed.
 
-Local workers are ``spawn``-ed processes (as the ``--jobs`` pool's): nothing of the driver's threads,
-locks or CUDA state is copied, and no process-wide multiprocessing setting is changed. They end the
-moment the driver does (:func:`prism_plugin.procs.die_with_parent`), so a killed driver leaves no
-worker running, and the shard a worker was writing is lost: the next run resumes at shard granularity (finished shards are kept). The
-result does not depend on the torch thread count on the CPUs measured (see BENCHMARKS.md); keep the
-workers of one cluster on the same kind of device and software, since the cache key does not
-record the device.
+Local workers are ``spawn``-ed processes (as the ``--jobs`` pool's): nothing of the driver's threads, locks or CUDA
+state is copied, and no process-wide multiprocessing setting is changed. They end the moment the driver does
+(:func:`prism_plugin.procs.die_with_parent`), so a killed driver leaves no worker running, and the shard a worker
+was writing is lost: the next run resumes at shard granularity (finished shards are kept). The result does not
+depend on the torch thread count on the CPUs measured (see BENCHMARKS.md); keep the workers of one cluster on the
+same kind of device and software, since the cache key does not record the device.
 """
 
 from __future__ import annotations

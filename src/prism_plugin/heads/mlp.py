@@ -1,53 +1,39 @@
 """The MLP probe head (kind ``mlp``): one hidden layer, trained with Adam, seeded and deterministic.
 
-Selected from a task YAML with ``probe: {kind: mlp}`` (any setting below may be
-given, e.g. ``probe: {kind: mlp, hidden: 512, weight_decay: 1e-3}``) or from
-Python with ``prism_plugin.evaluate(..., probe={"kind": "mlp"})``.
-
 Architecture and training (the defaults, every one a setting):
 
-* ``Linear(d, hidden) -> activation -> Linear(hidden, out)`` with ``hidden`` =
-  256 and ``activation`` = ``relu`` (or ``gelu``, ``tanh``); ``out`` = 1 for
-  binary problems (one logit ``d``, trained with binary cross-entropy) and K
-  otherwise (K logits, softmax cross-entropy). PyTorch's default layer
-  initialisation, drawn under ``torch.manual_seed(seed)``.
-* ``torch.optim.Adam`` with ``lr`` = 1e-3 and L2 ``weight_decay`` = 1e-4
-  (Adam's coupled L2 penalty, not AdamW), mini-batches of ``batch_size`` = 256
-  (the whole subset when smaller), reshuffled every epoch by a generator seeded
-  with ``seed``; inputs are the raw embeddings (no standardisation unless
-  ``standardize: true``, which z-scores with the training subset's mean / std).
-* ``epochs`` = 200 is the cap. With ``early_stopping`` (default true) a
-  class-stratified ``val_fraction`` = 10 % of the training subset is held out
-  (drawn with ``numpy.random.default_rng(seed)``; at least one sample of every
-  class on each side); training stops once its mean loss has not improved by
-  more than ``min_delta`` = 0 for ``patience`` = 10 epochs, and the weights of
-  the best epoch are restored. When that split would hold fewer than
-  ``min_val_samples`` = 20 samples (small label fractions) or some class has
-  fewer than 2 samples, the head trains for exactly ``epochs`` epochs on the
-  whole subset instead (``mode == "fixed_epochs"``). The held-out split is
-  taken from the training subset only, never from the task's validation or
-  test split (the temperature is still fitted on the validation split).
-* ``converged``: True when early stopping triggered before the cap, False
-  when the cap was reached first, None in fixed-epoch mode.
+* ``Linear(d, hidden) -> activation -> Linear(hidden, out)`` with ``hidden`` = 256 and ``activation`` = ``relu``
+  (or ``gelu``, ``tanh``); ``out`` = 1 for binary problems (one logit ``d``, trained with binary cross-entropy) and
+  K otherwise (K logits, softmax cross-entropy). PyTorch's default layer initialisation, drawn under
+  ``torch.manual_seed(seed)``.
+* ``torch.optim.Adam`` with ``lr`` = 1e-3 and L2 ``weight_decay`` = 1e-4 (Adam's coupled L2 penalty, not AdamW),
+  mini-batches of ``batch_size`` = 256 (the whole subset when smaller), reshuffled every epoch by a generator
+  seeded with ``seed``; inputs are the raw embeddings (no standardisation unless ``standardize: true``, which
+  z-scores with the training subset's mean / std).
+* ``epochs`` = 200 is the cap. With ``early_stopping`` (default true) a class-stratified ``val_fraction`` = 10 % of
+  the training subset is held out (drawn with ``numpy.random.default_rng(seed)``; at least one sample of every
+  class on each side); training stops once its mean loss has not improved by more than ``min_delta`` = 0 for
+  ``patience`` = 10 epochs, and the weights of the best epoch are restored. When that split would hold fewer than
+  ``min_val_samples`` = 20 samples (small label fractions) or some class has fewer than 2 samples, the head trains
+  for exactly ``epochs`` epochs on the whole subset instead (``mode == "fixed_epochs"``). The held-out split is
+  taken from the training subset only, never from the task's validation or test split (the temperature is still
+  fitted on the validation split).
+* ``converged``: True when early stopping triggered before the cap, False when the cap was reached first, None in
+  fixed-epoch mode.
 
-Decision values are the network's logits in the binary logit convention of the
-runner: binary problems return a 1-D ``d`` with probabilities
-``[1 - sigmoid(d), sigmoid(d)]`` (exactly as the logistic probe), so the
-``[-d, d]`` symmetric logits and the neutral temperature T = 2 apply
-unchanged; K > 2 returns the ``(N, K)`` logits with ``softmax`` probabilities.
+Decision values are the network's logits in the binary logit convention of the runner: binary problems return a 1-D
+``d`` with probabilities ``[1 - sigmoid(d), sigmoid(d)]`` (exactly as the logistic probe), so the ``[-d, d]``
+symmetric logits and the neutral temperature T = 2 apply unchanged; K > 2 returns the ``(N, K)`` logits with
+``softmax`` probabilities.
 
-Determinism: everything runs on the CPU in float32 (``device: cpu``, the
-default) on ``threads`` = 1 intra-op thread, with
-``torch.use_deterministic_algorithms(True)`` switched on for the fit; the
-thread count, that switch and the global torch RNG state are restored
-afterwards. Two fits with the same seed and data give identical outputs, on any
-machine with the same torch build. One thread is also the fastest choice for
-probe-sized problems (thousands of rows); for very large training splits set
-``threads: 0`` (torch's default pool) or more, at the price of results that may
-then depend on the thread count. ``device: cuda`` is offered for large splits;
-it requests deterministic algorithms in warn-only mode (and sets
-``CUBLAS_WORKSPACE_CONFIG`` if unset), so bit-identical repeats are promised on
-the CPU only.
+Determinism: everything runs on the CPU in float32 (``device: cpu``, the default) on ``threads`` = 1 intra-op
+thread, with ``torch.use_deterministic_algorithms(True)`` switched on for the fit; the thread count, that switch
+and the global torch RNG state are restored afterwards. Two fits with the same seed and data give identical
+outputs, on any machine with the same torch build. One thread is also the fastest choice for probe-sized problems
+(thousands of rows); for very large training splits set ``threads: 0`` (torch's default pool) or more, at the price
+of results that may then depend on the thread count. ``device: cuda`` is offered for large splits; it requests
+deterministic algorithms in warn-only mode (and sets ``CUBLAS_WORKSPACE_CONFIG`` if unset), so bit-identical
+repeats are promised on the CPU only.
 """
 
 from __future__ import annotations
@@ -59,65 +45,38 @@ from typing import Any
 import numpy as np
 from scipy.special import expit
 
-from prism_plugin.errors import PrismError
+from prism_plugin.errors import PrismError, suggest
+from prism_plugin.heads.base import ProbeOutput, Setting
 from prism_plugin.metrics.core import softmax
-from prism_plugin.protocol.probe import ProbeOutput
 
 ACTIVATIONS = ("relu", "gelu", "tanh")
 PREDICT_CHUNK = 20_000
 
-#: The documented defaults (also what ``settings()`` reports for an unconfigured head).
-DEFAULTS: dict[str, Any] = {
-    "hidden": 256,
-    "activation": "relu",
-    "lr": 1e-3,
-    "weight_decay": 1e-4,
-    "batch_size": 256,
-    "epochs": 200,
-    "early_stopping": True,
-    "val_fraction": 0.1,
-    "patience": 10,
-    "min_delta": 0.0,
-    "min_val_samples": 20,
-    "standardize": False,
-    "device": "cpu",
-    "threads": 1,
+
+def _device(value: str) -> str | None:
+    if value == "cpu" or value.startswith("cuda"):
+        return None
+    return f"must be 'cpu' (default, deterministic) or 'cuda[:N]', got {value!r}"
+
+
+#: the settings of kind ``mlp`` with their documented defaults (see the module docstring)
+SETTINGS: dict[str, Setting] = {
+    "hidden": Setting(int, 256, lo=1, hi=1_000_000),
+    "activation": Setting(str, "relu", choices=ACTIVATIONS),
+    "lr": Setting(float, 1e-3, lo=0.0, hi=10.0, lo_open=True),
+    "weight_decay": Setting(float, 1e-4, lo=0.0, hi=1e6),
+    "batch_size": Setting(int, 256, lo=1, hi=10**9),
+    "epochs": Setting(int, 200, lo=1, hi=1_000_000),
+    "early_stopping": Setting(bool, True),
+    "val_fraction": Setting(float, 0.1, lo=0.0, hi=0.5, lo_open=True),
+    "patience": Setting(int, 10, lo=1, hi=1_000_000),
+    "min_delta": Setting(float, 0.0, lo=0.0, hi=1e6),
+    "min_val_samples": Setting(int, 20, lo=1, hi=10**9),
+    "standardize": Setting(bool, False),
+    "device": Setting(str, "cpu", check=_device),
+    "threads": Setting(int, 1, lo=0, hi=4096),
 }
-
-
-def _fail(key: str, message: str) -> PrismError:
-    return PrismError(f"probe.{key}: {message} (MLP probe head, kind: mlp)")
-
-
-def _int(value: Any, key: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value)
-        else:
-            raise _fail(key, f"must be an integer, got {value!r}")
-    if not lo <= int(value) <= hi:
-        raise _fail(key, f"must be between {lo} and {hi}, got {value}")
-    return int(value)
-
-
-def _float(value: Any, key: str, lo: float, hi: float, lo_open: bool = False) -> float:
-    if isinstance(value, bool):
-        raise _fail(key, f"must be a number, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise _fail(key, f"must be a number, got {value!r}") from None
-    if not math.isfinite(v) or v < lo or v > hi or (lo_open and v == lo):
-        raise _fail(key, f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {value}")
-    return v
-
-
-def _bool(value: Any, key: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-        return value.lower() in ("true", "yes", "1")
-    raise _fail(key, f"must be true or false, got {value!r}")
+DEFAULTS: dict[str, Any] = {k: spec.default for k, spec in SETTINGS.items()}
 
 
 def _writable(a) -> np.ndarray:
@@ -132,30 +91,19 @@ class MLPProbe:
 
     kind = "mlp"
 
-    def __init__(self, seed: int = 0, hidden: int = 256, activation: str = "relu", lr: float = 1e-3,
-                 weight_decay: float = 1e-4, batch_size: int = 256, epochs: int = 200,
-                 early_stopping: bool = True, val_fraction: float = 0.1, patience: int = 10,
-                 min_delta: float = 0.0, min_val_samples: int = 20, standardize: bool = False,
-                 device: str = "cpu", threads: int = 1):
-        self.seed = _int(seed, "seed", 0, 2**32 - 1)
-        self.hidden = _int(hidden, "hidden", 1, 1_000_000)
-        if activation not in ACTIVATIONS:
-            raise _fail("activation", f"must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
-        self.activation = activation
-        self.lr = _float(lr, "lr", 0.0, 10.0, lo_open=True)
-        self.weight_decay = _float(weight_decay, "weight_decay", 0.0, 1e6)
-        self.batch_size = _int(batch_size, "batch_size", 1, 10**9)
-        self.epochs = _int(epochs, "epochs", 1, 1_000_000)
-        self.early_stopping = _bool(early_stopping, "early_stopping")
-        self.val_fraction = _float(val_fraction, "val_fraction", 0.0, 0.5, lo_open=True)
-        self.patience = _int(patience, "patience", 1, 1_000_000)
-        self.min_delta = _float(min_delta, "min_delta", 0.0, 1e6)
-        self.min_val_samples = _int(min_val_samples, "min_val_samples", 1, 10**9)
-        self.standardize = _bool(standardize, "standardize")
-        if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda")):
-            raise _fail("device", f"must be 'cpu' (default, deterministic) or 'cuda[:N]', got {device!r}")
-        self.device = device
-        self.threads = _int(threads, "threads", 0, 4096)
+    def __init__(self, seed: int = 0, **settings):
+        seed_spec = Setting(int, 0, lo=0, hi=2**32 - 1)
+        for key, value in {"seed": seed, **settings}.items():
+            spec = seed_spec if key == "seed" else SETTINGS.get(key)
+            if spec is None:
+                raise PrismError(f"probe.{key}: unknown key 'probe.{key}' for probe head 'mlp'{suggest(key, SETTINGS)} "
+                                 f"(settings of mlp: {', '.join(SETTINGS)})")
+            try:
+                setattr(self, key, spec.validate(value))
+            except ValueError as exc:
+                raise PrismError(f"probe.{key}: {exc} (probe head mlp)") from None
+        for key, value in DEFAULTS.items():
+            self.__dict__.setdefault(key, value)
         self.classes_: np.ndarray | None = None
         self.converged: bool | None = None
         self.mode: str = ""
@@ -329,4 +277,4 @@ class MLPProbe:
         return self.evaluate(X).proba
 
 
-__all__ = ["MLPProbe", "DEFAULTS", "ACTIVATIONS"]
+__all__ = ["MLPProbe", "DEFAULTS", "ACTIVATIONS", "SETTINGS"]

@@ -1,11 +1,9 @@
 """Built-in metric plugin: calibration before and after temperature scaling.
 
-Columns: ``brier`` (binary only), ``ece_fixed`` / ``ece_adaptive`` on raw
-probabilities, ``temperature`` fitted on the full validation split (``temperature_src`` for
-transfer runs, where that split belongs to the source task),
-``ece_scaled_fixed`` / ``ece_scaled_adaptive`` after it, ``nll`` / ``nll_scaled``;
-and, when the task provides the proportional validation subset,
-``temperature_prop`` / ``ece_scaled_prop``.
+Columns: ``brier`` (binary only), ``ece_fixed`` / ``ece_adaptive`` on raw probabilities, ``temperature`` fitted on
+the full validation split (``temperature_src`` for transfer runs, where that split belongs to the source task),
+``ece_scaled_fixed`` / ``ece_scaled_adaptive`` after it, ``nll`` / ``nll_scaled``; and, when the task provides the
+proportional validation subset, ``temperature_prop`` / ``ece_scaled_prop``.
 """
 
 from __future__ import annotations
@@ -14,6 +12,19 @@ from prism_plugin.hookspecs import hookimpl
 from prism_plugin.metrics.core import brier, ece, nll
 
 NAN = float("nan")
+
+
+@hookimpl
+def register_metrics(register) -> None:
+    register("brier", direction="lower", display="Brier")
+    register("nll", direction="lower", display="NLL")
+    register("ece_fixed", direction="lower", display="ECE (fixed bins)", bands=True, compare=True)
+    register("ece_adaptive", direction="lower", display="ECE (adaptive bins)")
+    register("temperature", display="temperature T")
+    register("ece_scaled_fixed", direction="lower", display="ECE after T (fixed)", bands=True, compare=True)
+    register("ece_scaled_adaptive", direction="lower", display="ECE after T (adaptive)")
+    register("temperature_src", display="source-fitted temperature", report=False)
+    register("nll_scaled", direction="lower", display="NLL after T", summary=False)
 
 
 @hookimpl

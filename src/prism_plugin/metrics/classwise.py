@@ -1,29 +1,27 @@
 """Metric plugin ``classwise``: per-class (class-wise) calibration of multiclass probes.
 
-The protocol's multiclass ECE (``ece_fixed``) is **top-label**: it only asks whether the largest
-probability matches the accuracy. A probe can be well calibrated on its top label and badly
-calibrated for one class (a rare class whose probability is always too high, say). The class-wise
-ECE (Kull et al. 2019, "classwise-ECE") looks at every class k as its own one-vs-rest problem,
-the predicted ``p_k`` against the indicator ``1[y = k]``:
+The protocol's multiclass ECE (``ece_fixed``) is **top-label**: it only asks whether the largest probability
+matches the accuracy. A probe can be well calibrated on its top label and badly calibrated for one class (a rare
+class whose probability is always too high, say). The class-wise ECE (Kull et al. 2019, "classwise-ECE") looks at
+every class k as its own one-vs-rest problem, the predicted ``p_k`` against the indicator ``1[y = k]``:
 
     ECE_k = sum_b |B_kb| * |freq_k(B_kb) - conf_k(B_kb)| / N
     ece_classwise = mean over the K classes of ECE_k
 
-with the protocol's fixed bins (``linspace(0, 1, ece_bins + 1)``, every bin half-open ``[lo, hi)``,
-so a probability of exactly 1.0 falls in no bin while still counting in N: the convention of
-:func:`prism_plugin.metrics.core.ece`). Every ECE_k is over all N test samples, so a class absent
-from the test split still has one (its mean predicted probability, bin by bin); its support ``n``
-(the test samples of class k) says how much the high-probability bins can be trusted.
+with the protocol's fixed bins (``linspace(0, 1, ece_bins + 1)``, every bin half-open ``[lo, hi)``, so a
+probability of exactly 1.0 falls in no bin while still counting in N: the convention of
+:func:`prism_plugin.metrics.core.ece`). Every ECE_k is over all N test samples, so a class absent from the test
+split still has one (its mean predicted probability, bin by bin); its support ``n`` (the test samples of class k)
+says how much the high-probability bins can be trusted.
 
 Columns (``runs.csv``):
 
 * ``ece_classwise``: the mean of ECE_k on the raw probabilities;
-* ``ece_classwise_scaled``: the same after the fitted temperature, obtained exactly as the
-  ``calibration`` plugin obtains ``ece_scaled_fixed`` (``run.scaled_proba(run.temperature("val"))``;
-  for transfer runs that temperature was fitted on the *source* validation split); NaN when no
-  temperature was fitted;
-* ``ece_classwise_max``: the largest ECE_k on the raw probabilities (the worst class; which class
-  it is, is in the artifact).
+* ``ece_classwise_scaled``: the same after the fitted temperature, obtained exactly as the ``calibration`` plugin
+  obtains ``ece_scaled_fixed`` (``run.scaled_proba(run.temperature("val"))``; for transfer runs that temperature
+  was fitted on the *source* validation split); NaN when no temperature was fitted;
+* ``ece_classwise_max``: the largest ECE_k on the raw probabilities (the worst class; which class it is, is in the
+  artifact).
 
 **K = 2: all three are NaN and no artifact is written.** For a binary problem the one-vs-rest
 problem of class 1 is exactly the protocol's class-1 reliability (``ece_fixed``: p(y = 1) against
@@ -39,13 +37,12 @@ Per-run artifact (multiclass runs, when ``run.artifact_dir`` is set; the runner 
 
     <run.artifact_dir>/classwise/<task>--<run id>.json       (format "prism-classwise/1")
 
-with, per class: ``index``, ``name``, ``n`` (support), and for ``raw`` and ``scaled`` the per-bin
-``count`` / ``confidence`` (mean p_k) / ``accuracy`` (observed frequency of class k; ``None`` for an
-empty bin) and the class's ``ece``; plus the run's identity, ``worst`` (index, name and ECE of the
-worst class, raw and scaled) and the three column values. The file name follows
-:func:`prism_plugin.metrics.reliability.artifact_name`, so :func:`load_classwise` matches it back
-to a ``runs.csv`` row the way the reliability artifacts are matched, and keeps it only when its
-bins reproduce that row's ``ece_classwise`` (a stale file is ignored).
+with, per class: ``index``, ``name``, ``n`` (support), and for ``raw`` and ``scaled`` the per-bin ``count`` /
+``confidence`` (mean p_k) / ``accuracy`` (observed frequency of class k; ``None`` for an empty bin) and the class's
+``ece``; plus the run's identity, ``worst`` (index, name and ECE of the worst class, raw and scaled) and the three
+column values. The file name follows :func:`prism_plugin.metrics.reliability.artifact_name`, so
+:func:`load_classwise` matches it back to a ``runs.csv`` row the way the reliability artifacts are matched, and
+keeps it only when its bins reproduce that row's ``ece_classwise`` (a stale file is ignored).
 """
 
 from __future__ import annotations
@@ -172,7 +169,7 @@ def artifact_path(folder: Path, task: str, fraction: float, seed: int, run_id: s
 
 
 def write_artifact(folder: Path, payload: Mapping[str, Any]) -> Path:
-    from prism_plugin.results import atomic_write_text
+    from prism_plugin.storage import atomic_write_text
 
     path = artifact_path(folder, payload["task"], payload["fraction"], payload["seed"], payload.get("run_id"))
     atomic_write_text(path, json.dumps(payload, separators=(",", ":")) + "\n")
@@ -234,6 +231,19 @@ def load_classwise(results_dir: str | Path, runs=None) -> tuple[list[dict[str, A
         payload["reference_table"] = row.get("reference_table", "indomain")
         out.append(payload)
     return out, stale
+
+
+@hookimpl
+def register_metrics(register) -> None:
+    """Multiclass only: NaN for K = 2."""
+    register("ece_classwise", direction="lower", display="class-wise ECE (mean over classes)", summary=False,
+             description="mean over the K classes of the one-vs-rest fixed-bin ECE (p_k vs 1[y = k], ece_bins bins); "
+                         "multiclass only: NaN for K = 2, where it repeats ece_fixed")
+    register("ece_classwise_scaled", direction="lower", display="class-wise ECE after T", summary=False,
+             description="ece_classwise after the fitted temperature (the one of ece_scaled_fixed)")
+    register("ece_classwise_max", direction="lower", display="worst class's one-vs-rest ECE", summary=False,
+             report=False, description="the largest per-class one-vs-rest ECE (raw); which class: "
+                                       "artifacts/classwise/*.json")
 
 
 # --------------------------------------------------------------------------- the hook

@@ -5,21 +5,20 @@ PRISM's columns, exactly as PROTOCOL §3 defines them (unchanged):
 * ``degeneracy_share``: the share of test predictions in the most predicted class;
 * ``degenerate``: ``degeneracy_share > 0.99`` (strict), whatever the test prevalence.
 
-A fixed 0.99 share misjudges skewed test splits: on a split that is 97.7 % one class, predicting 99 %
-of it is nearly right; a 0.988 share that never recalls the minority class is a collapse. The
-prevalence-aware columns (:func:`collapse_stats`):
+A fixed 0.99 share misjudges skewed test splits: on a split that is 97.7 % one class, predicting 99 % of it is
+nearly right; a 0.988 share that never recalls the minority class is a collapse. The prevalence-aware columns
+(:func:`collapse_stats`):
 
-* ``n_test_classes``: classes present in the test split; ``min_test_class_count``: samples of its
-  rarest present class;
+* ``n_test_classes``: classes present in the test split; ``min_test_class_count``: samples of its rarest present
+  class;
 * ``min_class_recall``: the smallest per-class recall over the classes present in the test split;
 * ``top_class_true_share``: the true test share of the class the probe predicts most (compare with
   ``degeneracy_share``);
 * ``other_class_recall_max``: the best recall among the present classes other than that one;
-* ``collapsed``: the prevalence-aware collapse (:data:`COLLAPSE_RULE`): the test split has at least
-  two classes, the probe predicts its top class more often than that class occurs
-  (``degeneracy_share > top_class_true_share``) and recalls no other class above
-  :data:`RECALL_FLOOR` (``other_class_recall_max <= 0.05``). A one-class test split is never
-  "collapsed" (there is nothing to collapse onto): :mod:`prism_plugin.quality` flags it instead.
+* ``collapsed``: the prevalence-aware collapse (:data:`COLLAPSE_RULE`): the test split has at least two classes,
+  the probe predicts its top class more often than that class occurs (``degeneracy_share > top_class_true_share``)
+  and recalls no other class above :data:`RECALL_FLOOR` (``other_class_recall_max <= 0.05``). A one-class test
+  split is never "collapsed" (there is nothing to collapse onto): :mod:`prism_plugin.quality` flags it instead.
 """
 
 from __future__ import annotations
@@ -66,6 +65,28 @@ def collapse_stats(y_test, pred, n_classes: int) -> dict[str, float | int | bool
 
 
 @hookimpl
+def register_metrics(register) -> None:
+    register("degeneracy_share", display="largest predicted-class share",
+             description="PRISM: share of test predictions in the most predicted class (degenerate = > 0.99)")
+    # the prevalence-aware columns: not PRISM's, so not in summary.json cells
+    for column, direction, display, where, description in (
+        ("min_class_recall", "higher", "smallest per-class recall", "r",
+         "smallest recall over the classes present in the test split (0 = a class never found)"),
+        ("top_class_true_share", None, "true share of the most predicted class", "",
+         "true test share of the class the probe predicts most (compare degeneracy_share)"),
+        ("other_class_recall_max", None, "best recall outside the most predicted class", "",
+         "best recall among the test classes other than the most predicted one"),
+        ("collapsed", None, "prevalence-aware collapse (share of seeds)", "",
+         "prevalence-aware collapse: predicts one class more often than it occurs and recalls no other test class "
+         "above 0.05 (never on a one-class test split)"),
+        ("n_test_classes", None, "classes in the test split", "", "number of classes present in the test split"),
+        ("min_test_class_count", None, "samples of the rarest test class", "", "test samples of the rarest class present"),
+    ):
+        register(column, direction=direction, display=display, description=description, summary=False,
+                 report="r" in where)
+
+
+@hookimpl
 def run_metrics(run):
     share = degeneracy_share(run.pred_test, run.n_classes)
     return {"degeneracy_share": share, "degenerate": bool(share > DEGENERACY_THRESHOLD),
@@ -73,4 +94,4 @@ def run_metrics(run):
 
 
 __all__ = ["COLLAPSE_COLUMNS", "COLLAPSE_RULE", "DEGENERACY_THRESHOLD", "RECALL_FLOOR", "collapse_stats",
-           "run_metrics"]
+           "register_metrics", "run_metrics"]

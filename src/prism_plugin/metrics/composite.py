@@ -1,8 +1,7 @@
 """OOD stability and the Composite Reliability Index on plain numbers (PROTOCOL §6.1-6.2).
 
-Thin public wrappers: the one implementation lives in
-:mod:`prism_plugin.summaries.cri`, which the ``cri`` summary plugin and
-``prism-run compare`` use; these functions hand it the caller's numbers.
+Thin public wrappers: the one implementation lives in :mod:`prism_plugin.summaries.cri`, which the ``cri`` summary
+plugin and ``prism-run compare`` use; these functions hand it the caller's numbers.
 """
 
 from __future__ import annotations
@@ -24,9 +23,8 @@ def ood_stability_from_maps(id_auroc: Mapping[str, float], ood_auroc: Mapping[tu
 
         mean over pairs (s, t) of min(ood_auroc[s, t] / id_auroc[s], 1)
 
-    Pairs whose source is missing from ``id_auroc`` are left out (as in the
-    tables); with no usable pair the stability is NaN. Pairs are averaged in
-    the order given.
+    Pairs whose source is missing from ``id_auroc`` are left out (as in the tables); with no usable pair the
+    stability is NaN. Pairs are averaged in the order given.
     """
     import pandas as pd
 
@@ -57,13 +55,11 @@ def ood_stability_from_maps(id_auroc: Mapping[str, float], ood_auroc: Mapping[tu
 def cri(auroc: Any, ece: Any, stability: Any, aggregation: str = "multiplicative") -> Any:
     """Composite Reliability Index (PROTOCOL §6.2) of AUROC ``a``, scaled ECE ``e`` and OOD stability ``s``.
 
-    ``e`` is clipped to [0, 1] first. Aggregations: ``multiplicative``
-    a·(1−e)·s (the paper's), ``arithmetic`` (a + (1−e) + s)/3, ``geometric``
-    (a·(1−e)·s)^(1/3), ``worst_axis`` min(a, 1−e, s). Scalars or NumPy arrays;
-    an unknown aggregation is a :class:`~prism_plugin.errors.PrismError`
-    listing the known ones. In the protocol a and e are means over a model's
-    datasets of seed means at one fraction (e after temperature scaling), and
-    s is the 100 % OOD stability.
+    ``e`` is clipped to [0, 1] first. Aggregations: ``multiplicative`` a·(1−e)·s (the paper's), ``arithmetic`` (a +
+    (1−e) + s)/3, ``geometric`` (a·(1−e)·s)^(1/3), ``worst_axis`` min(a, 1−e, s). Scalars or NumPy arrays; an
+    unknown aggregation is a :class:`~prism_plugin.errors.PrismError` listing the known ones. In the protocol a and
+    e are means over a model's datasets of seed means at one fraction (e after temperature scaling), and s is the
+    100 % OOD stability.
     """
     from prism_plugin.summaries import cri as _cri
 

@@ -1,21 +1,17 @@
 """The metric functions of the PRISM protocol, as pure functions on arrays.
 
-These are the public metric API (re-exported from :mod:`prism_plugin.metrics`)
-and the single implementation the built-in metric plugins call.
+These are the public metric API (re-exported from :mod:`prism_plugin.metrics`) and the single implementation the
+built-in metric plugins call.
 
 Conventions (PROTOCOL §2.4, §3):
 
-* ``proba`` is an ``(N, K)`` matrix of class probabilities; for binary problems
-  column 1 is p(y = 1).
-* Binary logits follow the reference convention: the single decision value
-  ``d`` becomes the two-column matrix ``[-d, +d]``, so ``softmax(L / T)[:, 1] =
-  sigmoid(2 d / T)`` and **T = 2 is the identity** for binary problems.
-* ECE for K = 2 is a class-1 reliability error: confidence = p(y = 1) and
-  "correct" = 1[y = 1]. For K > 2 it is the top-label ECE: confidence =
-  max_k p_k, correct = 1[argmax = y].
-* Fixed bins are ``linspace(0, 1, n_bins + 1)`` and every bin is half-open
-  ``[lo, hi)``, the last one included, so a confidence of exactly 1.0 falls in
-  no bin while still counting in N (bit-compatible with the reference).
+* ``proba`` is an ``(N, K)`` matrix of class probabilities; for binary problems column 1 is p(y = 1).
+* Binary logits follow the reference convention: the single decision value ``d`` becomes the two-column matrix
+  ``[-d, +d]``, so ``softmax(L / T)[:, 1] = sigmoid(2 d / T)`` and **T = 2 is the identity** for binary problems.
+* ECE for K = 2 is a class-1 reliability error: confidence = p(y = 1) and "correct" = 1[y = 1]. For K > 2 it is the
+  top-label ECE: confidence = max_k p_k, correct = 1[argmax = y].
+* Fixed bins are ``linspace(0, 1, n_bins + 1)`` and every bin is half-open ``[lo, hi)``, the last one included, so
+  a confidence of exactly 1.0 falls in no bin while still counting in N (bit-compatible with the reference).
 """
 
 from __future__ import annotations
@@ -26,7 +22,7 @@ import numpy as np
 from scipy.special import expit
 from sklearn.metrics import brier_score_loss, f1_score, roc_auc_score
 
-EPS_LOG = 1e-12
+from prism_plugin.protocol.temperature import EPS_LOG  # the log floor of every NLL
 
 __all__ = [
     "softmax",

@@ -1,31 +1,26 @@
 """Metric plugin: per-run reliability-diagram statistics, kept out of ``runs.csv``.
 
-A reliability diagram needs, per confidence bin, the number of test samples,
-their mean confidence and the observed accuracy, for the raw probabilities and
-after temperature scaling. The runner keeps no probabilities once a run is
-scored, so this plugin computes those bin statistics while the run is in
-memory and stores them as a small **per-run artifact** beside the results::
+A reliability diagram needs, per confidence bin, the number of test samples, their mean confidence and the observed
+accuracy, for the raw probabilities and after temperature scaling. The runner keeps no probabilities once a run is
+scored, so this plugin computes those bin statistics while the run is in memory and stores them as a small
+**per-run artifact** beside the results::
 
     <results>/reliability/<task>--<run id>.json      (run id: f<fraction>-s<seed>[-split<N>][-<probe>])
 
-Design (why not columns): 15 bins x 3 statistics x 2 (raw, scaled) would add
-90 columns to ``runs.csv``; one JSON string column would make it unreadable.
-The plugin therefore returns **no columns** (``runs.csv`` is unchanged) and
+Design (why not columns): 15 bins x 3 statistics x 2 (raw, scaled) would add 90 columns to ``runs.csv``; one JSON
+string column would make it unreadable. The plugin therefore returns **no columns** (``runs.csv`` is unchanged) and
 hands the statistics to :func:`record`, which
 
-* writes the file atomically at once when the run tells where its results
-  directory is (``run.meta["results_dir"]``, see :data:`RESULTS_DIR_KEY`), or
-* keeps it in a small in-process buffer that :func:`flush` writes into the
-  results directory; the report builder calls :func:`flush` at the end of every
-  ``prism-run`` job, so the files exist whenever a report is written.
+* writes the file atomically at once when the run tells where its results directory is
+  (``run.meta["results_dir"]``, see :data:`RESULTS_DIR_KEY`), or
+* keeps it in a small in-process buffer that :func:`flush` writes into the results directory; the report builder
+  calls :func:`flush` at the end of every ``prism-run`` job, so the files exist whenever a report is written.
 
-The binning is exactly the fixed-bin ECE of PROTOCOL §3 (``linspace(0, 1,
-bins + 1)``, half-open ``[lo, hi)`` including the last bin, so a confidence of
-exactly 1.0 is in no bin but counts in N; binary = class-1 reliability,
-multiclass = top-label). ``ece`` of an artifact is recomputed from its bins
-exactly as :func:`prism_plugin.metrics.core.ece` sums them, so a reader can
-check an artifact against ``runs.csv``'s ``ece_fixed`` / ``ece_scaled_fixed``
-and ignore a stale one (:func:`load_reliability` does).
+The binning is exactly the fixed-bin ECE of PROTOCOL §3 (``linspace(0, 1, bins + 1)``, half-open ``[lo, hi)``
+including the last bin, so a confidence of exactly 1.0 is in no bin but counts in N; binary = class-1 reliability,
+multiclass = top-label). ``ece`` of an artifact is recomputed from its bins exactly as
+:func:`prism_plugin.metrics.core.ece` sums them, so a reader can check an artifact against ``runs.csv``'s
+``ece_fixed`` / ``ece_scaled_fixed`` and ignore a stale one (:func:`load_reliability` does).
 """
 
 from __future__ import annotations
@@ -60,9 +55,8 @@ _PENDING: "OrderedDict[tuple[str, str, str], dict[str, Any]]" = OrderedDict()
 def reliability_bins(y: np.ndarray, proba: np.ndarray, n_bins: int = 15) -> dict[str, Any]:
     """Fixed-bin reliability statistics of one probability matrix.
 
-    Returns ``{"count": [...], "confidence": [...], "accuracy": [...], "n":
-    N, "outside": n_not_binned, "ece": ECE}``; ``confidence`` / ``accuracy``
-    are ``None`` for empty bins. For K = 2 ``accuracy`` is the observed
+    Returns ``{"count": [...], "confidence": [...], "accuracy": [...], "n": N, "outside": n_not_binned, "ece":
+    ECE}``; ``confidence`` / ``accuracy`` are ``None`` for empty bins. For K = 2 ``accuracy`` is the observed
     frequency of class 1 and ``confidence`` the mean p(y = 1).
     """
     conf, correct = confidence_and_correct(y, proba)
@@ -115,7 +109,7 @@ def artifact_name(task: str, fraction: float, seed: int, run_id: str | None = No
 
 # --------------------------------------------------------------------------- writing
 def _write(results_dir: Path, payload: Mapping[str, Any]) -> Path:
-    from prism_plugin.results import atomic_write_text
+    from prism_plugin.storage import atomic_write_text
 
     path = Path(results_dir) / DIRNAME / _payload_name(payload)
     atomic_write_text(path, json.dumps(_finite(payload), indent=1) + "\n")
@@ -164,18 +158,12 @@ def record(payload: Mapping[str, Any], results_dir: str | Path | None = None) ->
     return None
 
 
-def pending_count() -> int:
-    with _LOCK:
-        return len(_PENDING)
-
-
 def flush(results_dir: str | Path, runs: Iterable[Mapping[str, Any]] | None = None) -> list[Path]:
     """Write the buffered artifacts that belong to ``results_dir``.
 
-    ``runs`` are the rows of its ``runs.csv`` (dicts with ``task``,
-    ``adapter``, ``fraction``, ``seed``); only buffered runs matching one of
-    them are written (and removed from the buffer). Without ``runs`` the
-    directory's ``runs.csv`` is read.
+    ``runs`` are the rows of its ``runs.csv`` (dicts with ``task``, ``adapter``, ``fraction``, ``seed``); only
+    buffered runs matching one of them are written (and removed from the buffer). Without ``runs`` the directory's
+    ``runs.csv`` is read.
     """
     results_dir = Path(results_dir)
     if runs is None:
@@ -200,11 +188,10 @@ def flush(results_dir: str | Path, runs: Iterable[Mapping[str, Any]] | None = No
 def load_reliability(results_dir: str | Path, runs=None) -> list[dict[str, Any]]:
     """Artifacts of ``results_dir`` that match a run of its ``runs.csv``.
 
-    An artifact is kept only if its (task, fraction, seed) is a run of
-    ``runs`` (a DataFrame; default: the directory's ``runs.csv``) and its raw
-    ECE reproduces that run's ``ece_fixed`` to :data:`ECE_MATCH_TOL` (a stale
-    file from an earlier configuration is ignored). Each returned dict gains
-    ``model`` and ``setting`` (dataset or pair) from the run.
+    An artifact is kept only if its (task, fraction, seed) is a run of ``runs`` (a DataFrame; default: the
+    directory's ``runs.csv``) and its raw ECE reproduces that run's ``ece_fixed`` to :data:`ECE_MATCH_TOL` (a stale
+    file from an earlier configuration is ignored). Each returned dict gains ``model`` and ``setting`` (dataset or
+    pair) from the run.
     """
     import pandas as pd
 

@@ -1,34 +1,26 @@
 """Built-in metric plugin: target-side temperatures of transfer runs (PROTOCOL §4-5).
 
-Acts on transfer runs only (``run.meta["kind"] == "transfer"``); for any other
-run it returns nothing. The source-fitted temperature (``temperature_src``,
-``ece_scaled_fixed``) and its proportional-val variant come from the
-calibration plugin; this plugin adds what needs **target** labels:
+Acts on transfer runs only (``run.meta["kind"] == "transfer"``); for any other run it returns nothing. The
+source-fitted temperature (``temperature_src``, ``ece_scaled_fixed``) and its proportional-val variant come from
+the calibration plugin; this plugin adds what needs **target** labels:
 
-* ``temperature_oracle`` / ``ece_scaled_oracle``: T fitted on the whole target
-  evaluation split and the fixed-bin ECE after it, on the same split. This is an
-  **oracle**: it uses every target label, so it is an upper bound on what
-  temperature scaling can do on the target, never a deployable number.
-* A **few-shot target temperature** (the per-site recalibration of the
-  hematology acquisition-shift audit): for each K (default 4, 8, 16, 32, 64),
-  R draws (default 20) of K labelled target samples, stratified over the target
-  classes; T is fitted on those K and the fixed-bin ECE of ``softmax(L / T)`` is
-  measured on the remaining target samples. Columns
-  ``temperature_fewshot_k{K}`` / ``ece_scaled_fewshot_k{K}`` are the means over
-  the draws, ``..._std`` their standard deviation (ddof = 1); ``fewshot_draws``
-  is R. The draws are seeded from the run seed and K only, so every label
-  fraction of a seed sees the same target samples (paired comparison).
-  A K with no target sample left to measure on (K >= target size) gives NaN and
-  one warning naming K and the target size.
+* ``temperature_oracle`` / ``ece_scaled_oracle``: T fitted on the whole target evaluation split and the fixed-bin
+  ECE after it, on the same split. This is an **oracle**: it uses every target label, so it is an upper bound on
+  what temperature scaling can do on the target, never a deployable number.
+* A **few-shot target temperature** (the per-site recalibration of the hematology acquisition-shift audit): for
+  each K (default 4, 8, 16, 32, 64), R draws (default 20) of K labelled target samples, stratified over the target
+  classes; T is fitted on those K and the fixed-bin ECE of ``softmax(L / T)`` is measured on the remaining target
+  samples. Columns ``temperature_fewshot_k{K}`` / ``ece_scaled_fewshot_k{K}`` are the means over the draws,
+  ``..._std`` their standard deviation (ddof = 1); ``fewshot_draws`` is R. The draws are seeded from the run seed
+  and K only, so every label fraction of a seed sees the same target samples (paired comparison). A K with no
+  target sample left to measure on (K >= target size) gives NaN and one warning naming K and the target size.
 
-Temperatures are fitted with :func:`prism_plugin.protocol.temperature.fit_temperature`
-(the protocol's bounded Brent on the NLL, same bounds as the run) and ECE with
-:func:`prism_plugin.metrics.core.ece`, so these columns are comparable with
-``temperature_src`` / ``ece_scaled_fixed``.
+Temperatures are fitted with :func:`prism_plugin.protocol.temperature.fit_temperature` (the protocol's bounded
+Brent on the NLL, same bounds as the run) and ECE with :func:`prism_plugin.metrics.core.ece`, so these columns are
+comparable with ``temperature_src`` / ``ece_scaled_fixed``.
 
-Other K or R: register your own instance, e.g.
-``TemperatureTransfer(ks=(8, 128), repeats=50)``, and disable this one
-(``--disable temperature_transfer``).
+Other K or R: register your own instance, e.g. ``TemperatureTransfer(ks=(8, 128), repeats=50)``, and disable this
+one (``--disable temperature_transfer``).
 """
 
 from __future__ import annotations
@@ -50,10 +42,9 @@ FEWSHOT_REPEATS = 20
 def stratified_quota(class_counts: Iterable[int], k: int) -> np.ndarray:
     """How many of ``k`` draws each class gets, proportional to its count.
 
-    When ``k`` is at least the number of non-empty classes, every non-empty
-    class first gets one; the rest is shared in proportion to what each class
-    has left, by largest remainder (ties: larger class, then lower label). No
-    class gets more than it has. ``k`` must be in ``[1, N - 1]``.
+    When ``k`` is at least the number of non-empty classes, every non-empty class first gets one; the rest is
+    shared in proportion to what each class has left, by largest remainder (ties: larger class, then lower label).
+    No class gets more than it has. ``k`` must be in ``[1, N - 1]``.
     """
     counts = np.asarray(list(class_counts), dtype=np.int64)
     total = int(counts.sum())
@@ -104,8 +95,8 @@ def fewshot_temperature(
 ) -> dict[str, Any]:
     """T fitted on ``k`` stratified labelled samples, ECE on the rest, over ``repeats`` draws.
 
-    Returns ``{"temperatures": array, "eces": array}`` (one entry per draw).
-    Draws come from ``numpy.random.default_rng([seed, k])``.
+    Returns ``{"temperatures": array, "eces": array}`` (one entry per draw). Draws come from
+    ``numpy.random.default_rng([seed, k])``.
     """
     logits = np.asarray(logits, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.int64)

@@ -1,28 +1,27 @@
 """Probe fits shared between the grids of one ``prism-run`` that fit on the same data.
 
-A transfer task fits its probe on the source's train split and its temperature on the source's val
-split: exactly the fits of the source's own in-domain grid (PCam -> MHIST and PCam; the 20
-Camelyon17 pairs and the 5 hospitals, each hospital the source of 4 pairs). The PRISM reference
-evaluator reuses the source's in-domain probe for those cells (``temperature_src`` equals the
-in-domain ``temperature`` run for run). :class:`FitMemo` lets the grids of one command do the same:
-a fit is looked up by everything it depends on, so a hit returns what a refit would compute, and
-only where that is certain:
+A transfer task fits its probe on the source's train split and its temperature on the source's val split: exactly
+the fits of the source's own in-domain grid (PCam -> MHIST and PCam; the 20 Camelyon17 pairs and the 5 hospitals,
+each hospital the source of 4 pairs). The PRISM reference evaluator reuses the source's in-domain probe for those
+cells (``temperature_src`` equals the in-domain ``temperature`` run for run). :class:`FitMemo` lets the grids of
+one command do the same: a fit is looked up by everything it depends on, so a hit returns what a refit would
+compute, and only where that is certain:
 
-* the data: the adapter's fingerprint and the content fingerprints of the train and val features the
-  runner loaded (``emb_info["content"]``), the split seed, and a digest of the training labels (a
-  transfer that relabels its source, e.g. BRACS binarised, has other labels and never hits);
-* the fit: the training subset (its index digest), the head kind and settings, and the seed
-  (unless the head is registered ``seed_invariant``);
-* heads whose fit depends on the grid's other runs (``uses_grid_state``: fast mode's preconditioner
-  and warm starts; a head with ``prepare_grid`` that does not say is taken to) are never shared; nor
-  are fits run by an executor's workers (``--jobs N``, Ray).
+* the data: the adapter's fingerprint and the content fingerprints of the train and val features the runner loaded
+  (``emb_info["content"]``), the split seed, and a digest of the training labels (a transfer that relabels its
+  source, e.g. BRACS binarised, has other labels and never hits);
+* the fit: the training subset (its index digest), the head kind and its settings as its declaration resolves them
+  (:func:`~prism_plugin.heads.base.resolve_probe`: defaults filled in, values normalised, so ``C: 1`` and an unset
+  C share), and the seed (unless the head is registered ``seed_invariant``);
+* heads whose fit depends on the grid's other runs (``uses_grid_state``: fast mode's preconditioner and warm
+  starts; a head with ``prepare_grid`` that does not say is taken to) are never shared; nor are fits run by an
+  executor's workers (``--jobs N``, Ray).
 
-What is kept: the fitted head and its validation output (the test output is computed for each grid's
-own test split). The command plans which (model, source task) pairs a later job will use again
-(:meth:`FitMemo.plan`); a job stores its fits only when a later job needs them, and the fits of a
-(model, source) pair are dropped once its last user has run, so memory holds only what is still to
-be used (for the whole paper: the 5 Camelyon17 hospitals' and PCam's fits of one model at a time
-per source, kilobytes per fit plus the validation decision values).
+What is kept: the fitted head and its validation output (the test output is computed for each grid's own test
+split). The command plans which (model, source task) pairs a later job will use again (:meth:`FitMemo.plan`); a job
+stores its fits only when a later job needs them, and the fits of a (model, source) pair are dropped once its last
+user has run, so memory holds only what is still to be used (for the whole paper: the 5 Camelyon17 hospitals' and
+PCam's fits of one model at a time per source, kilobytes per fit plus the validation decision values).
 """
 
 from __future__ import annotations

@@ -1,28 +1,25 @@
 """The reference evaluator's floating-point path: ``probability_dtype: float32``.
 
-The PRISM reference runs (``results_v2``, PROTOCOL §2.3-2.5) fit the probe on float32 features, so
-scikit-learn's ``predict_proba`` returns **float32** probabilities, and the metrics are computed on
-those float32 arrays: the ECE's per-bin mean confidence is a float32 mean, ``brier_score_loss`` sees
-float32 p(class 1), and the scaled probabilities are ``softmax(L / T)`` of the float32 decision
-values, evaluated in float32. prism-plugin's default path holds the *same* probabilities (the head's
-``predict_proba``, upcast exactly) but does the metric arithmetic in float64, so ECE and Brier differ
-from the reference's by rounding only (about 1e-8 to 5e-8). The temperature itself is the same in
-both paths (the NLL is evaluated in float64 either way).
+The PRISM reference runs (``results_v2``, PROTOCOL §2.3-2.5) fit the probe on float32 features, so scikit-learn's
+``predict_proba`` returns **float32** probabilities, and the metrics are computed on those float32 arrays: the
+ECE's per-bin mean confidence is a float32 mean, ``brier_score_loss`` sees float32 p(class 1), and the scaled
+probabilities are ``softmax(L / T)`` of the float32 decision values, evaluated in float32. prism-plugin's default
+path holds the *same* probabilities (the head's ``predict_proba``, upcast exactly) but does the metric arithmetic
+in float64, so ECE and Brier differ from the reference's by rounding only (about 1e-8 to 5e-8). The temperature
+itself is the same in both paths (the NLL is evaluated in float64 either way).
 
-``probability_dtype="float32"`` (``prism_plugin.evaluate(..., probability_dtype="float32")``, the
-task key ``probability_dtype: float32``, or ``--set probability_dtype=float32``) recomputes the
-affected columns on the reference's path, so they equal a reference-style computation bit for bit:
+``probability_dtype="float32"`` (``prism_plugin.evaluate(..., probability_dtype="float32")``, the task key
+``probability_dtype: float32``, or ``--set probability_dtype=float32``) recomputes the affected columns on the
+reference's path, so they equal a reference-style computation bit for bit:
 
 * ``brier`` (binary), ``ece_fixed``, ``ece_adaptive`` on the float32 probabilities;
-* ``ece_scaled_fixed``, ``ece_scaled_adaptive`` (and ``ece_scaled_prop``,
-  ``ece_scaled_adaptive_prop``, ``ece_scaled_oracle`` where the run has them) on float32
-  ``softmax(L / T)`` with the run's fitted T.
+* ``ece_scaled_fixed``, ``ece_scaled_adaptive`` (and ``ece_scaled_prop``, ``ece_scaled_adaptive_prop``,
+  ``ece_scaled_oracle`` where the run has them) on float32 ``softmax(L / T)`` with the run's fitted T.
 
-Unchanged (already identical on both paths, or not reference columns): ``auroc``, ``f1_*``,
-``degeneracy_share``, the temperatures, ``nll``/``nll_scaled`` and every plugin column (they keep
-float64 arithmetic). For the sklearn logistic probe the float32 arrays are exactly what the reference
-holds; for another head (e.g. ``backend: torch``, whose decision values are float64) they are a
-float32 rounding of its output, not a reference path.
+Unchanged (already identical on both paths, or not reference columns): ``auroc``, ``f1_*``, ``degeneracy_share``,
+the temperatures, ``nll``/``nll_scaled`` and every plugin column (they keep float64 arithmetic). For the sklearn
+logistic probe the float32 arrays are exactly what the reference holds; for another head (e.g. ``backend: torch``,
+whose decision values are float64) they are a float32 rounding of its output, not a reference path.
 
 The functions here are the reference's arithmetic in the dtype of their input (float64 input gives
 exactly :func:`prism_plugin.metrics.core.ece`); the bins, conventions and definitions are those of
@@ -71,8 +68,7 @@ def probability_dtype_of(meta: Mapping[str, Any] | None) -> str:
 def confidence_and_correct(y: np.ndarray, proba: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """As :func:`prism_plugin.metrics.core.confidence_and_correct`, keeping the dtype of ``proba``.
 
-    ``proba`` may also be a 1-D vector of p(class 1) (binary). Correctness is float64 (0/1), as in
-    the reference.
+    ``proba`` may also be a 1-D vector of p(class 1) (binary). Correctness is float64 (0/1), as in the reference.
     """
     proba = np.asarray(proba)
     if not np.issubdtype(proba.dtype, np.floating):

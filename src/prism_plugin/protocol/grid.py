@@ -17,12 +17,13 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from prism_plugin.errors import PrismError
-from prism_plugin.metrics.core import binary_logits
+from prism_plugin.metrics.core import binary_logits, neutral_temperature, probabilities_from_logits
+from prism_plugin.metrics.descriptions import in_plugin_order
 from prism_plugin.protocol.fit_memo import FitScope, MemoFit, labels_digest
 from prism_plugin.protocol.inputs import SplitArrays
-from prism_plugin.protocol.probe import ProbeOutput
+from prism_plugin.heads.base import ProbeOutput
 from prism_plugin.protocol.sampling import stratified_subset
-from prism_plugin.protocol.temperature import T_BOUNDS
+from prism_plugin.protocol.temperature import T_BOUNDS, fit_temperature
 from prism_plugin.contracts import CalibrationSet, RunContext, RunFeatures
 
 DEFAULT_FRACTIONS = (0.01, 0.05, 0.10, 0.25, 0.50, 1.00)
@@ -48,6 +49,18 @@ class RunKey:
     @property
     def id(self) -> str:
         return f"f{self.fraction:g}-s{self.seed}"
+
+
+class Scaling:
+    """The protocol's temperature scaling (PROTOCOL §2.5) as a run applies it (``RunContext.scaling``)."""
+
+    fit = staticmethod(fit_temperature)
+    apply = staticmethod(probabilities_from_logits)
+    neutral = staticmethod(neutral_temperature)
+
+
+#: what every run of the grid scales its logits with
+SCALING = Scaling()
 
 
 def probe_label(kind: str) -> str:
@@ -109,13 +122,12 @@ def run_grid(
 ) -> dict[RunKey, dict]:
     """Run every (fraction, seed) of ``spec`` that ``skip`` does not claim.
 
-    ``ident`` supplies the identity columns (task, adapter, model, dataset and
-    metadata). Each finished row is handed to ``on_row`` at once (the results
-    directory persists it), and all rows are returned.
+    ``ident`` supplies the identity columns (task, adapter, model, dataset and metadata). Each finished row is
+    handed to ``on_row`` at once (the results directory persists it), and all rows are returned.
 
-    ``fits`` (a :class:`~prism_plugin.protocol.fit_memo.FitScope`): fits shared with other grids of the
-    command that fit on the same train/val data; a fit found there is not refitted (its head and
-    validation output are reused, the test output is computed on this grid's test split).
+    ``fits`` (a :class:`~prism_plugin.protocol.fit_memo.FitScope`): fits shared with other grids of the command
+    that fit on the same train/val data; a fit found there is not refitted (its head and validation output are
+    reused, the test output is computed on this grid's test split).
     """
     head_kind = str(spec.probe.get("kind", "logistic"))
     head_settings = {k: v for k, v in spec.probe.items() if k != "kind"}
@@ -227,6 +239,7 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
         host=host,
         split_seed=split_seed,
         run_id=rid,
+        scaling=SCALING,
     )
     row: dict[str, Any] = {
         "model": run.model,
@@ -241,7 +254,7 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
         "forced_classes": run.forced_classes,
     }
     owners: dict[str, str] = {}
-    for result in host.call("run_metrics", context=f"{run.task} {rid}", run=run):  # registration order
+    for result in in_plugin_order(host.call("run_metrics", context=f"{run.task} {rid}", run=run)):
         if not result.value:
             continue
         for name, value in dict(result.value).items():

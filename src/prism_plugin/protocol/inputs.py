@@ -1,29 +1,26 @@
 """Validation of embedding arrays and grid settings before any fit: one clear message per problem.
 
-Everything a user hands to :func:`prism_plugin.api.evaluate` (or a features
-adapter hands to the runner) passes through here first, so a bad input fails
-with a :class:`~prism_plugin.errors.PrismError` naming the split or argument and
-the fix, never with an exception from deep inside NumPy or scikit-learn.
+Everything a user hands to :func:`prism_plugin.api.evaluate` (or a features adapter hands to the runner) passes
+through here first, so a bad input fails with a :class:`~prism_plugin.errors.PrismError` naming the split or
+argument and the fix, never with an exception from deep inside NumPy or scikit-learn.
 
 What is accepted:
 
-* features: anything ``np.asarray`` turns into a rectangular 2-D real matrix
-  (float, int or unsigned dtypes; cast to float32, memory maps of float32 are
-  kept as they are), with at least one column and only finite values that fit
-  in float32;
-* labels: a 1-D vector of integers 0..K-1 (bool is taken as 0/1, and floats
-  that are exactly integers, such as 0.0 and 1.0, are accepted);
-* every split non-empty, features and labels of equal length, one feature width
-  across splits, at least 2 classes, every class present in the training split.
+* features: anything ``np.asarray`` turns into a rectangular 2-D real matrix (float, int or unsigned dtypes; cast
+  to float32, memory maps of float32 are kept as they are), with at least one column and only finite values that
+  fit in float32;
+* labels: a 1-D vector of integers 0..K-1 (bool is taken as 0/1, and floats that are exactly integers, such as 0.0
+  and 1.0, are accepted);
+* every split non-empty, features and labels of equal length, one feature width across splits, at least 2 classes,
+  every class present in the training split.
 
-A test split that holds a single class is *not* an error: PROTOCOL §3 says the
-AUROC is then NaN (scikit-learn cannot compute it); the other metrics are
-reported as usual (:func:`check_data` says so in a ``single_class_test`` warning).
+A test split that holds a single class is *not* an error: PROTOCOL §3 says the AUROC is then NaN (scikit-learn
+cannot compute it); the other metrics are reported as usual (:func:`check_data` says so in a ``single_class_test``
+warning).
 
-Labels read from files (:func:`as_labels` with ``strict=True``) must be stored as
-integers: bool, float, string and object label arrays are refused there, and so
-are one-hot ``(N, K)`` and column ``(N, 1)`` arrays (``column_ok=True`` accepts
-``(N, 1, ..., 1)``, the MedMNIST/PCAM layout of image sources).
+Labels read from files (:func:`as_labels` with ``strict=True``) must be stored as integers: bool, float, string and
+object label arrays are refused there, and so are one-hot ``(N, K)`` and column ``(N, 1)`` arrays
+(``column_ok=True`` accepts ``(N, 1, ..., 1)``, the MedMNIST/PCAM layout of image sources).
 
 :func:`check_data` (after :func:`check_splits`) looks at the splits together:
 identical or overlapping splits (a content hash of the rows, :func:`row_overlap`),
@@ -36,7 +33,6 @@ test split and rare classes. Problems that make the numbers meaningless raise a
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -47,7 +43,6 @@ from prism_plugin.errors import PrismError
 
 #: Largest label value accepted (far beyond any real class count; keeps int64 casts exact).
 MAX_LABEL = 2**31 - 1
-MAX_SEED = 2**32 - 1
 _F32_MAX = float(np.finfo(np.float32).max)
 _CHUNK = 65536
 
@@ -92,11 +87,10 @@ def as_labels(y, where: str, n_classes: int | None = None, *, strict: bool = Fal
               column_ok: bool = False) -> np.ndarray:
     """Integer labels 0..K-1 (int64, 1-D) or a PrismError naming ``where``.
 
-    ``strict`` (labels read from a file): only integer dtypes are accepted -- bool, float,
-    string and object arrays are refused. Otherwise (the Python API) bool is taken as 0/1 and
-    floats that are exactly integers are accepted. ``column_ok``: a ``(N, 1, ..., 1)`` array (one
-    value per sample, as MedMNIST and PCAM store labels) is flattened; any other shape but
-    ``(N,)`` is refused.
+    ``strict`` (labels read from a file): only integer dtypes are accepted -- bool, float, string and object arrays
+    are refused. Otherwise (the Python API) bool is taken as 0/1 and floats that are exactly integers are accepted.
+    ``column_ok``: a ``(N, 1, ..., 1)`` array (one value per sample, as MedMNIST and PCAM store labels) is
+    flattened; any other shape but ``(N,)`` is refused.
     """
     arr = _asarray(y, where, "labels")
     if arr.ndim != 1:
@@ -413,6 +407,47 @@ def _few_samples(check: str, prefix: str, split: str, y: np.ndarray, consequence
                                      f"({listed}): {consequence}", [split], len(few))]
 
 
+def _overlap_checks(present, names, stats, same, allowed_pairs, prefix: str, allow_hint: str,
+                    tol: float) -> tuple[list[str], list[dict[str, Any]]]:
+    """The errors (identical val/test or train/test) and checks (shared rows) of every pair of splits."""
+    identical_errors: dict[tuple[str, str], str] = {}
+    checks: list[dict[str, Any]] = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pair = split_pair(a, b)
+            sa, sb = present[pair[0]], present[pair[1]]
+            pa, pb = stats[pair[0]][0], stats[pair[1]][0]
+            reason = same.get(pair)
+            shared = row_overlap(sa.X, sb.X, proj_a=pa, proj_b=pb, tol=tol)
+            count = int(shared.sum())
+            nb = sb.X.shape[0]
+            if reason is None and count == nb and sa.X.shape[0] == nb:
+                reason = "every row of one occurs in the other (identical features)"
+            label = f"{pair[0]} and {pair[1]}"
+            if reason is not None:
+                if pair in allowed_pairs:
+                    checks.append(_check("split_overlap", "allowed",
+                                         f"{prefix}{label} are the same data ({reason}); allowed by the task "
+                                         f"({ALLOW_KEY})", pair, nb))
+                elif pair in FORBIDDEN_IDENTICAL:
+                    identical_errors[pair] = (f"{prefix}splits {label} are the same data ({reason}): "
+                                              f"{FORBIDDEN_IDENTICAL[pair]}; use distinct splits, or declare it with "
+                                              + allow_hint.format(a=pair[0], b=pair[1]))
+                else:
+                    checks.append(_check("split_overlap", "warning",
+                                         f"{prefix}{label} are the same data ({reason}): the temperature is fitted "
+                                         "on the training data", pair, nb))
+            elif count:
+                level = "allowed" if pair in allowed_pairs else "warning"
+                tail = f"; allowed by the task ({ALLOW_KEY})" if level == "allowed" else (
+                    f": the {pair[1]} numbers are optimistic; remove the shared rows")
+                checks.append(_check("split_overlap", level,
+                                     f"{prefix}{count} of {nb} {pair[1]} rows ({count / nb:.1%}) also occur in "
+                                     f"{pair[0]} (identical features){tail}", pair, count))
+
+    return [identical_errors[p] for p in FORBIDDEN_IDENTICAL if p in identical_errors], checks
+
+
 def check_data(
     splits: Mapping[str, SplitArrays | None],
     *,
@@ -425,16 +460,14 @@ def check_data(
 ) -> list[dict[str, Any]]:
     """Checks across the (already :func:`check_splits`-validated) splits; the data checks found.
 
-    Errors (raised as PrismError): identical val/test or train/test splits (by definition, ``same``:
-    split pair -> why they are the same, or by content) unless ``allowed`` lists the pair; a
-    training split whose rows are all identical; features beyond :data:`MAX_SCALE`. Warnings
-    (returned, and emitted once each with :func:`warnings.warn` when ``emit``): rows shared between
-    splits (``split_overlap``, with counts), identical train and val, all-zero rows
-    (``zero_rows``), features beyond :data:`LARGE_SCALE` (``extreme_scale``), a test split of one
-    class (``single_class_test``), classes with fewer than :data:`MIN_CLASS_SAMPLES` samples in
-    test (``few_test_samples_per_class``) or train (``small_train_class``; skipped when
-    ``small_classes`` is false, e.g. under ``--limit``). An allowed identity or overlap is returned
-    at level ``allowed``.
+    Errors (raised as PrismError): identical val/test or train/test splits (by definition, ``same``: split pair ->
+    why they are the same, or by content) unless ``allowed`` lists the pair; a training split whose rows are all
+    identical; features beyond :data:`MAX_SCALE`. Warnings (returned, and emitted once each with
+    :func:`warnings.warn` when ``emit``): rows shared between splits (``split_overlap``, with counts), identical
+    train and val, all-zero rows (``zero_rows``), features beyond :data:`LARGE_SCALE` (``extreme_scale``), a test
+    split of one class (``single_class_test``), classes with fewer than :data:`MIN_CLASS_SAMPLES` samples in test
+    (``few_test_samples_per_class``) or train (``small_train_class``; skipped when ``small_classes`` is false, e.g.
+    under ``--limit``). An allowed identity or overlap is returned at level ``allowed``.
     """
     present = {n: s for n, s in splits.items() if s is not None}
     allowed_pairs = set(check_overlap_allowance(allowed))
@@ -479,42 +512,10 @@ def check_data(
                           "embeddings (a failed extraction?)")
 
     # identical and overlapping splits (val = test reported first: the protocol's own rule)
-    identical_errors: dict[tuple[str, str], str] = {}
-    tol = _tolerance(dim, top, v)
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            pair = split_pair(a, b)
-            sa, sb = present[pair[0]], present[pair[1]]
-            pa, pb = stats[pair[0]][0], stats[pair[1]][0]
-            reason = same.get(pair)
-            shared = row_overlap(sa.X, sb.X, proj_a=pa, proj_b=pb, tol=tol)
-            count = int(shared.sum())
-            nb = sb.X.shape[0]
-            if reason is None and count == nb and sa.X.shape[0] == nb:
-                reason = "every row of one occurs in the other (identical features)"
-            label = f"{pair[0]} and {pair[1]}"
-            if reason is not None:
-                if pair in allowed_pairs:
-                    checks.append(_check("split_overlap", "allowed",
-                                         f"{prefix}{label} are the same data ({reason}); allowed by the task "
-                                         f"({ALLOW_KEY})", pair, nb))
-                elif pair in FORBIDDEN_IDENTICAL:
-                    identical_errors[pair] = (f"{prefix}splits {label} are the same data ({reason}): "
-                                              f"{FORBIDDEN_IDENTICAL[pair]}; use distinct splits, or declare it with "
-                                              + allow_hint.format(a=pair[0], b=pair[1]))
-                else:
-                    checks.append(_check("split_overlap", "warning",
-                                         f"{prefix}{label} are the same data ({reason}): the temperature is fitted "
-                                         "on the training data", pair, nb))
-            elif count:
-                level = "allowed" if pair in allowed_pairs else "warning"
-                tail = f"; allowed by the task ({ALLOW_KEY})" if level == "allowed" else (
-                    f": the {pair[1]} numbers are optimistic; remove the shared rows")
-                checks.append(_check("split_overlap", level,
-                                     f"{prefix}{count} of {nb} {pair[1]} rows ({count / nb:.1%}) also occur in "
-                                     f"{pair[0]} (identical features){tail}", pair, count))
-
-    errors[:0] = [identical_errors[p] for p in FORBIDDEN_IDENTICAL if p in identical_errors]
+    identical, overlaps = _overlap_checks(present, names, stats, same, allowed_pairs, prefix, allow_hint,
+                                          _tolerance(dim, top, v))
+    checks += overlaps
+    errors[:0] = identical
 
     # all-zero rows
     for n in names:
@@ -560,81 +561,3 @@ def same_definition_problem(same: Mapping[tuple[str, str], str], allowed: Iterab
             return (f"{prefix}splits {pair[0]} and {pair[1]} are the same data ({reason}): {FORBIDDEN_IDENTICAL[pair]}; "
                     "use distinct splits, or declare it with " + allow_hint.format(a=pair[0], b=pair[1]))
     return None
-
-
-# -- grid settings ------------------------------------------------------------
-def check_seeds(seeds: Iterable[Any], where: str = "seeds") -> tuple[int, ...]:
-    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
-        raise PrismError(f"{where}: pass a list of integers, e.g. [42, 123, 456]; got {seeds!r}")
-    out = []
-    for s in seeds:
-        if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
-            raise PrismError(f"{where}: {s!r} is not an integer seed; use integers 0..{MAX_SEED}")
-        if not 0 <= int(s) <= MAX_SEED:
-            raise PrismError(f"{where}: seed {s} is outside 0..{MAX_SEED} (NumPy's legacy seed range)")
-        out.append(int(s))
-    if not out:
-        raise PrismError(f"{where}: at least one seed is needed")
-    if len(set(out)) != len(out):
-        raise PrismError(f"{where}: {out} contains duplicates")
-    return tuple(out)
-
-
-def _finite_number(value: Any, where: str, lo: float, hi: float, lo_open: bool = True) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise PrismError(f"{where}: must be a number, got {value!r}")
-    v = float(value)
-    if not math.isfinite(v) or v < lo or v > hi or (lo_open and v == lo):
-        raise PrismError(f"{where}: must be a finite number in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {value!r}")
-    return v
-
-
-def _integer(value: Any, where: str, lo: int, hi: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise PrismError(f"{where}: must be an integer, got {value!r}")
-    if not lo <= int(value) <= hi:
-        raise PrismError(f"{where}: must be between {lo} and {hi}, got {value}")
-    return int(value)
-
-
-def check_probe(probe: Mapping[str, Any], where: str = "probe") -> dict[str, Any]:
-    """The settings of the logistic probe (C, max_iter, tol, backend) checked as the task schema does."""
-    if not isinstance(probe, Mapping):
-        raise PrismError(f"{where}: must be a mapping such as {{'kind': 'logistic', 'C': 1.0}}, got {probe!r}")
-    out = dict(probe)
-    kind = out.setdefault("kind", "logistic")
-    if not isinstance(kind, str) or not kind:
-        raise PrismError(f"{where}.kind: must be the name of a probe head, got {kind!r}")
-    if kind != "logistic":
-        return out  # another head plugin validates its own settings
-    allowed = {"kind", "C", "max_iter", "tol", "backend"}
-    unknown = sorted(set(map(str, out)) - allowed)
-    if unknown:
-        raise PrismError(f"{where}: unknown setting(s) {unknown} for the logistic probe (allowed: {sorted(allowed)})")
-    if "C" in out:
-        out["C"] = _finite_number(out["C"], f"{where}.C", 0.0, 1e12)
-    if "max_iter" in out:
-        out["max_iter"] = _integer(out["max_iter"], f"{where}.max_iter", 1, 10**7)
-    if "tol" in out:
-        out["tol"] = _finite_number(out["tol"], f"{where}.tol", 0.0, 1.0)
-    from prism_plugin.protocol.probe import BACKENDS
-
-    if out.get("backend", "sklearn") not in BACKENDS:
-        raise PrismError(f"{where}.backend: must be 'sklearn' (reference, default), 'torch' or 'fast', "
-                         f"got {out['backend']!r}")
-    return out
-
-
-def check_grid_settings(*, seeds: Any, C: Any, max_iter: Any, ece_bins: Any, proportional_val: Any,
-                        probe: Any = None) -> dict[str, Any]:
-    """Validate :func:`prism_plugin.api.evaluate`'s keyword arguments; return them normalised."""
-    out: dict[str, Any] = {"seeds": check_seeds(seeds)}
-    if probe is None:
-        out["probe"] = check_probe({"kind": "logistic", "C": C, "max_iter": max_iter}, "C/max_iter")
-    else:
-        out["probe"] = check_probe(probe)
-    out["ece_bins"] = _integer(ece_bins, "ece_bins", 1, 10_000)
-    if not isinstance(proportional_val, (bool, np.bool_)):
-        raise PrismError(f"proportional_val: must be True or False, got {proportional_val!r}")
-    out["proportional_val"] = bool(proportional_val)
-    return out

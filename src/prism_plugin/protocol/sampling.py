@@ -29,11 +29,10 @@ def class_quota(n_class: int, fraction: float) -> tuple[int, bool]:
 def stratified_subset(labels: np.ndarray, fraction: float, seed: int) -> Subset:
     """Draw a class-stratified subset exactly as the reference did.
 
-    Re-seeds NumPy's *global legacy* RNG with ``seed`` (the reference's
-    ``np.random.seed``), then for each class in ascending label order draws
-    ``max(1, floor(n_c * f))`` positions without replacement with
-    ``np.random.choice``, consuming the global stream class after class. The
-    union is returned sorted. At ``f = 1`` every seed returns every position.
+    Re-seeds NumPy's *global legacy* RNG with ``seed`` (the reference's ``np.random.seed``), then for each class in
+    ascending label order draws ``max(1, floor(n_c * f))`` positions without replacement with ``np.random.choice``,
+    consuming the global stream class after class. The union is returned sorted. At ``f = 1`` every seed returns
+    every position.
     """
     if not (0.0 < fraction <= 1.0):
         raise ValueError(f"label fraction must be in (0, 1], got {fraction}")

@@ -6,7 +6,9 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from prism_plugin.contracts import T_BOUNDS
-from prism_plugin.metrics.core import EPS_LOG
+
+#: the floor added inside every log of an NLL (``log(p + EPS_LOG)``); :mod:`prism_plugin.metrics.core` uses it
+EPS_LOG = 1e-12
 
 
 def temperature_nll(logits: np.ndarray, labels: np.ndarray, temperature: float) -> float:
@@ -25,9 +27,8 @@ def fit_temperature(
 ) -> float:
     """Fit T by bounded Brent (SciPy ``minimize_scalar(method="bounded")``) on the NLL.
 
-    Fit it on a held-out split (the validation split of the data the probe was
-    trained on), never on the evaluation split. With the reference binary logit
-    convention ``[-d, d]`` the neutral temperature is 2, and the search box
+    Fit it on a held-out split (the validation split of the data the probe was trained on), never on the evaluation
+    split. With the reference binary logit convention ``[-d, d]`` the neutral temperature is 2, and the search box
     [0.1, 10] is [0.05, 5] on the natural sigmoid scale.
     """
     logits = np.asarray(logits, dtype=np.float64)
@@ -36,8 +37,3 @@ def fit_temperature(
         raise ValueError("temperature fit needs an (N, K) logit matrix and N labels, N > 0")
     res = minimize_scalar(lambda t: temperature_nll(logits, labels, t), bounds=bounds, method="bounded")
     return float(res.x)
-
-
-def at_bound(temperature: float, bounds: tuple[float, float] = T_BOUNDS) -> bool:
-    """The notebooks' diagnostic: T <= lo + 0.001 or T >= hi - 0.001."""
-    return temperature <= bounds[0] + 0.001 or temperature >= bounds[1] - 0.001

@@ -1,36 +1,28 @@
 """A converged torch solver for the PRISM logistic probe (``probe.backend: torch``).
 
-It minimises the objective scikit-learn's ``LogisticRegression(C)`` minimises
-with the lbfgs solver (scikit-learn 1.9, ``linear_model/_logistic.py``)::
+It minimises the objective scikit-learn's ``LogisticRegression(C)`` minimises with the lbfgs solver (scikit-learn
+1.9, ``linear_model/_logistic.py``)::
 
     f(W, b) = mean_i loss_i(W x_i + b) + ||W||_F^2 / (2 C n)
 
-which is scikit-learn's ``C * sum_i loss_i + ||W||^2 / 2`` divided by ``C n``,
-the scaling its gradient tolerance ``tol`` refers to. The intercept ``b`` is
-not penalised; ``loss`` is the binary log-loss with one weight row for K = 2
-and the multinomial cross-entropy with K rows for K > 2.
+which is scikit-learn's ``C * sum_i loss_i + ||W||^2 / 2`` divided by ``C n``, the scaling its gradient tolerance
+``tol`` refers to. The intercept ``b`` is not penalised; ``loss`` is the binary log-loss with one weight row for K
+= 2 and the multinomial cross-entropy with K rows for K > 2.
 
-What differs from scikit-learn is how far and how fast it is solved, not what
-is solved:
+What differs from scikit-learn is how far and how fast it is solved, not what is solved:
 
-* it stops at ``max |grad f| <= tol`` (scikit-learn's ``gtol`` criterion, same
-  scaling) with a tight default, :data:`DEFAULT_TOL` = 1e-8, so it reaches
-  the optimum that ``tol = 1e-4`` only approaches;
-* L-BFGS is preconditioned with ``alpha E[x x^T] + lambda I`` estimated on a
-  row sample (``alpha`` = 1/4 binary, 1/K multinomial: the Hessian at the
-  start), which removes most of the ill-conditioning of foundation-model
-  embeddings (a large shared mean direction, a power-law spectrum): tens of
-  iterations instead of hundreds;
-* the gradient is written by hand as ``(G^T X)^T`` over row chunks (no
-  autograd). The features stay float32 and are never copied on the CPU; each
-  chunk's product runs in float32 and is accumulated in float64; parameters,
-  logits, losses and the optimiser state are float64. The logits are updated
-  along the search direction (``z += t X d``) so their precision follows the
-  step size, and they are recomputed exactly (``W`` split into two float32
-  parts) every :data:`REFRESH` iterations and before convergence is declared;
-* the line search works on the slope of the (convex) objective along the
-  search direction, which float32 products resolve far below the rounding of
-  f itself, so the fit keeps progressing where an Armijo test only sees noise;
+* it stops at ``max |grad f| <= tol`` (scikit-learn's ``gtol`` criterion, same scaling) with a tight default,
+  :data:`DEFAULT_TOL` = 1e-8, so it reaches the optimum that ``tol = 1e-4`` only approaches;
+* L-BFGS is preconditioned with ``alpha E[x x^T] + lambda I`` estimated on a row sample (``alpha`` = 1/4 binary,
+  1/K multinomial: the Hessian at the start), which removes most of the ill-conditioning of foundation-model
+  embeddings (a large shared mean direction, a power-law spectrum): tens of iterations instead of hundreds;
+* the gradient is written by hand as ``(G^T X)^T`` over row chunks (no autograd). The features stay float32 and are
+  never copied on the CPU; each chunk's product runs in float32 and is accumulated in float64; parameters, logits,
+  losses and the optimiser state are float64. The logits are updated along the search direction (``z += t X d``) so
+  their precision follows the step size, and they are recomputed exactly (``W`` split into two float32 parts) every
+  :data:`REFRESH` iterations and before convergence is declared;
+* the line search works on the slope of the (convex) objective along the search direction, which float32 products
+  resolve far below the rounding of f itself, so the fit keeps progressing where an Armijo test only sees noise;
 * it runs on CUDA when present (TF32 disabled during the fit), else the CPU.
 
 The result is deterministic for a given device, thread count and input.
@@ -116,9 +108,8 @@ def _as_tensor(X: np.ndarray, device: torch.device) -> torch.Tensor:
 def _chunk_rows(n_features: int, device: torch.device) -> int:
     """Rows per chunk of the gradient product: ~64 MiB of features (~256 MiB on a GPU).
 
-    Each chunk's float32 product is accumulated in float64; chunks are large
-    because every torch call is a parallel region, which costs dearly on a
-    busy CPU.
+    Each chunk's float32 product is accumulated in float64; chunks are large because every torch call is a parallel
+    region, which costs dearly on a busy CPU.
     """
     budget = (256 if device.type == "cuda" else 64) * 2**20
     return max(1024, budget // (4 * max(1, n_features)))
@@ -286,17 +277,15 @@ def fit_logistic(
 ) -> TorchFit:
     """Fit the L2-penalised logistic probe to ``max |grad| <= tol`` (see the module docstring).
 
-    Fast mode's hooks: ``init`` (K' x (D + 1), ``[coef | intercept]``) starts from a given point
-    (a warm start) instead of zero; ``preconditioner`` is ``True`` (estimated on this fit's rows,
-    the default), a :class:`SharedMoment` estimated once for the whole grid, or ``False`` (plain
-    L-BFGS). ``verify=False`` trusts the logits updated along the steps (float32 products, exact
-    to ~1e-6) when testing convergence instead of recomputing them (two passes saved per fit).
-    ``certify``: also compute :attr:`TorchFit.decision_bound`; a number is the largest row norm
-    of the features (saves the pass that measures it).
+    Fast mode's hooks: ``init`` (K' x (D + 1), ``[coef | intercept]``) starts from a given point (a warm start)
+    instead of zero; ``preconditioner`` is ``True`` (estimated on this fit's rows, the default), a
+    :class:`SharedMoment` estimated once for the whole grid, or ``False`` (plain L-BFGS). ``verify=False`` trusts
+    the logits updated along the steps (float32 products, exact to ~1e-6) when testing convergence instead of
+    recomputing them (two passes saved per fit). ``certify``: also compute :attr:`TorchFit.decision_bound`; a
+    number is the largest row norm of the features (saves the pass that measures it).
 
-    ``X`` is float32 (N x D), ``y`` integer labels 0..K-1; ``n_classes``
-    defaults to ``y.max() + 1``. For K = 2 the result has one weight row
-    (decision ``X @ coef[0] + intercept[0]``), as scikit-learn's binary model.
+    ``X`` is float32 (N x D), ``y`` integer labels 0..K-1; ``n_classes`` defaults to ``y.max() + 1``. For K = 2 the
+    result has one weight row (decision ``X @ coef[0] + intercept[0]``), as scikit-learn's binary model.
     """
     y = np.asarray(y, dtype=np.int64)
     k = int(n_classes) if n_classes is not None else int(y.max()) + 1
@@ -391,15 +380,14 @@ def fit_logistic(
 def _certified_bound(prob: "_Problem", z: torch.Tensor, g: torch.Tensor, row_norm_max: float | None = None) -> float:
     """A certified bound on how far the decision values are from the exact optimum (binary).
 
-    On a ball of radius r around theta every logit moves by at most ``r ||x~_i||``, so the loss
-    curvature of row i is at least ``s_i(r) = sigma'(|z_i| + r ||x~_i||)``, and the Hessian is at
-    least ``lambda I_W + s_bar(r) x~_m x~_m^T`` in the worst direction (Jensen; the smallest
-    eigenvalue of that 2 x 2 form is at least ``mu(r) = lambda s_bar / (lambda + s_bar (1 + R^2))``,
-    R the longest row). ``||g||`` includes an allowance for the float32 rounding of the gradient's
-    products (their typical size, not a worst case). If ``r > 2 ||g|| / mu(r)`` the optimum lies in the ball (f rises on its
-    surface) and ``||theta - theta*|| <= ||g|| / mu(r)``; a decision value of a row of norm <= R
-    is then within ``sqrt(1 + R^2)`` times that. ``inf`` when no radius qualifies (a loose
-    gradient tolerance on a large n: lambda = 1 / (C n) is all the curvature it can count on).
+    On a ball of radius r around theta every logit moves by at most ``r ||x~_i||``, so the loss curvature of row i
+    is at least ``s_i(r) = sigma'(|z_i| + r ||x~_i||)``, and the Hessian is at least ``lambda I_W + s_bar(r) x~_m
+    x~_m^T`` in the worst direction (Jensen; the smallest eigenvalue of that 2 x 2 form is at least ``mu(r) =
+    lambda s_bar / (lambda + s_bar (1 + R^2))``, R the longest row). ``||g||`` includes an allowance for the
+    float32 rounding of the gradient's products (their typical size, not a worst case). If ``r > 2 ||g|| / mu(r)``
+    the optimum lies in the ball (f rises on its surface) and ``||theta - theta*|| <= ||g|| / mu(r)``; a decision
+    value of a row of norm <= R is then within ``sqrt(1 + R^2)`` times that. ``inf`` when no radius qualifies (a
+    loose gradient tolerance on a large n: lambda = 1 / (C n) is all the curvature it can count on).
     """
     if not prob.binary:
         return float("nan")
@@ -456,12 +444,10 @@ def _two_loop(g, hist, precond, gamma):
 def _line_search(prob, theta, z, u, f, d, gd, max_trials=25):
     """A slope-driven line search from t = 1 on the convex ``phi(t) = f(theta + t d)``.
 
-    ``phi'(t) = g(theta + t d).d`` is non-decreasing. A step is accepted when
-    ``0.9 phi'(0) <= phi'(t) <= 0.8 |phi'(0)|`` (on a quadratic: t within
-    [0.1, 1.8] times the line minimum, so f fell) and f did not rise by more
-    than ``1e-6 |f|``: Hager and Zhang's approximate Wolfe conditions. A slope
-    still below ``0.9 phi'(0)`` means f fell all the way to t (convexity), so
-    the step grows; otherwise it shrinks by a secant step on ``phi'``.
+    ``phi'(t) = g(theta + t d).d`` is non-decreasing. A step is accepted when ``0.9 phi'(0) <= phi'(t) <= 0.8
+    |phi'(0)|`` (on a quadratic: t within [0.1, 1.8] times the line minimum, so f fell) and f did not rise by more
+    than ``1e-6 |f|``: Hager and Zhang's approximate Wolfe conditions. A slope still below ``0.9 phi'(0)`` means f
+    fell all the way to t (convexity), so the step grows; otherwise it shrinks by a secant step on ``phi'``.
     """
     lo, lo_slope = 0.0, gd
     hi, hi_slope = None, math.inf
@@ -489,8 +475,7 @@ def decision_function(X: np.ndarray, coef: np.ndarray, intercept: np.ndarray,
                       device: str | torch.device | None = "auto", chunk_rows: int = 4096) -> np.ndarray:
     """``X @ coef.T + intercept`` in float64; 1-D when ``coef`` has one row.
 
-    Rows are promoted to float64 ``chunk_rows`` at a time (a bounded buffer,
-    never a float64 copy of the matrix).
+    Rows are promoted to float64 ``chunk_rows`` at a time (a bounded buffer, never a float64 copy of the matrix).
     """
     dev = resolve_device(device)
     W = torch.from_numpy(np.ascontiguousarray(coef, dtype=np.float64)).to(dev)

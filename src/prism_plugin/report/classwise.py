@@ -1,21 +1,19 @@
 """Report section plugin ``classwise_report``: "Class-wise calibration" of multiclass results.
 
-Reads the per-run artifacts of :mod:`prism_plugin.metrics.classwise`
-(``<results>/artifacts/classwise/*.json``, matched to ``runs.csv`` rows and checked against their
-``ece_classwise``) and shows, for one label fraction (100 % when measured, else the largest) of
-each (model, setting):
+Reads the per-run artifacts of :mod:`prism_plugin.metrics.classwise` (``<results>/artifacts/classwise/*.json``,
+matched to ``runs.csv`` rows and checked against their ``ece_classwise``) and shows, for one label fraction (100 %
+when measured, else the largest) of each (model, setting):
 
-* **per-class reliability diagrams**: small multiples, one panel per class, the mean predicted
-  p_k against the observed frequency of class k per fixed bin, raw and after temperature scaling,
-  the seeds of the cell pooled (bin counts add, means count-weighted); one figure per (model,
-  setting), at most :data:`MAX_FIGURES` (a note names the cells left out);
-* **a table of per-class ECE** (seed means, raw and scaled) with the class's test support n,
-  sorted worst first (raw ECE), a class with fewer than
-  :data:`~prism_plugin.metrics.classwise.FEW_SAMPLES` test samples flagged "few samples: ECE
-  unreliable". Every cell and fraction is written to ``classwise_ece.csv``.
+* **per-class reliability diagrams**: small multiples, one panel per class, the mean predicted p_k against the
+  observed frequency of class k per fixed bin, raw and after temperature scaling, the seeds of the cell pooled (bin
+  counts add, means count-weighted); one figure per (model, setting), at most :data:`MAX_FIGURES` (a note names the
+  cells left out);
+* **a table of per-class ECE** (seed means, raw and scaled) with the class's test support n, sorted worst first
+  (raw ECE), a class with fewer than :data:`~prism_plugin.metrics.classwise.FEW_SAMPLES` test samples flagged "few
+  samples: ECE unreliable". Every cell and fraction is written to ``classwise_ece.csv``.
 
-Binary-only results: the section is not shown, with the reason (the class-wise ECE of a binary
-task repeats the class-1 reliability of the "Reliability diagrams" section).
+Binary-only results: the section is not shown, with the reason (the class-wise ECE of a binary task repeats the
+class-1 reliability of the "Reliability diagrams" section).
 """
 
 from __future__ import annotations
@@ -69,7 +67,7 @@ def _entries(view) -> tuple[list[dict[str, Any]], int]:
 
 def pool(parts: list[dict[str, Any]]) -> dict[str, np.ndarray] | None:
     """Pool one class's bins over runs (seeds): counts add, means are count-weighted."""
-    from prism_plugin.report.plots import pool_bin_parts
+    from prism_plugin.report.cell_figures import pool_bin_parts
 
     return pool_bin_parts(parts)
 
@@ -174,7 +172,7 @@ def _n_text(row) -> str:
 
 def classwise_section(view) -> ReportSection | None:
     from prism_plugin.report.markdown import pipe_table
-    from prism_plugin.report.verdict import pct, setting_label
+    from prism_plugin.report.verdict_rows import pct, setting_label
 
     runs = view.runs
     if runs is None or runs.empty or "n_classes" not in runs.columns:
@@ -276,7 +274,7 @@ def classwise_section(view) -> ReportSection | None:
             sec.not_shown.append(f"{where}: {len(by_index) - MAX_CLASSES} classes beyond the first {MAX_CLASSES} "
                                  "are not drawn (all are in the table and `classwise_ece.csv`)")
     if not _mpl():
-        from prism_plugin.report.basic import NO_MPL
+        from prism_plugin.report.plots import NO_MPL
 
         sec.not_shown.append(NO_MPL)
     if left_out:
@@ -288,7 +286,7 @@ def classwise_section(view) -> ReportSection | None:
 
 
 def _binary_settings(runs: pd.DataFrame) -> list[str]:
-    from prism_plugin.report.verdict import setting_label
+    from prism_plugin.report.verdict_rows import setting_label
 
     if "n_classes" not in runs.columns:
         return []

@@ -1,36 +1,29 @@
-"""Summary plugin behind the report: per-cell and per-setting tables the plots and
-the verdict read (not published by PRISM; file names chosen not to clash).
+"""Summary plugin behind the report: per-cell and per-setting tables the plots and the verdict read (not published
+by PRISM; file names chosen not to clash).
 
-* ``report_cells`` — one row per (table, model, setting, fraction), where
-  *table* is the per-run table (``indomain``, ``transfer``,
-  ``camelyon17_indomain``, ``camelyon17_transfer``, ``indomain_propval``) and
-  *setting* its dataset, pair or hospital (``h<k>``). Seed statistics
-  (``_mean``, ``_std`` with ddof = 1, ``_min``, ``_max``) of auroc, f1_macro,
-  ece_fixed (raw) and ece_scaled_fixed (after the temperature the table
-  records: own validation split in-distribution, **source** validation split
-  for transfer, the proportional subset in ``indomain_propval``); seed mean /
-  min / max of that temperature; seed means of the oracle / few-shot columns
-  when present; ``collapsed_runs`` / ``collapsed_share`` (runs with the prevalence-aware
-  ``collapsed``, or with PRISM's ``degenerate`` where the runs lack that column: see
-  ``collapse_signal``), ``degenerate_runs`` (PRISM's > 0.99 share, always);
-  ``not_converged_runs``, ``t_bound_runs`` (``_low_runs``, ``_high_runs``: the table's temperature
-  within 0.001 of a bound of the search box, option ``temperature_bounds``, default [0.1, 10]),
-  ``nll_worse_runs`` (test NLL after scaling above the raw NLL), ``single_class_test_runs``;
-  ``neutral_temperature`` (2 for binary problems under the reference
-  ``[-d, d]`` logits, 1 otherwise); ``scaling_helps`` = seed-mean scaled ECE <
+* ``report_cells`` — one row per (table, model, setting, fraction), where *table* is a registered table kind
+  (``register_tables``; each declares its setting and temperature columns) and *setting* its dataset, pair or
+  hospital (``h<k>``). Seed statistics (``_mean``, ``_std`` with ddof = 1, ``_min``, ``_max``) of auroc, f1_macro,
+  ece_fixed (raw) and ece_scaled_fixed (after the temperature the table records: own validation split
+  in-distribution, **source** validation split for transfer, the proportional subset in ``indomain_propval``); seed
+  mean / min / max of that temperature; seed means of the oracle / few-shot columns when present;
+  ``collapsed_runs`` / ``collapsed_share`` (runs with the prevalence-aware ``collapsed``, or with PRISM's
+  ``degenerate`` where the runs lack that column: see ``collapse_signal``), ``degenerate_runs`` (PRISM's > 0.99
+  share, always); ``not_converged_runs``, ``t_bound_runs`` (``_low_runs``, ``_high_runs``: the table's temperature
+  within 0.001 of a bound of the search box, option ``temperature_bounds``, default [0.1, 10]), ``nll_worse_runs``
+  (test NLL after scaling above the raw NLL), ``single_class_test_runs``; ``neutral_temperature`` (2 for binary
+  problems under the reference ``[-d, d]`` logits, 1 otherwise); ``scaling_helps`` = seed-mean scaled ECE <
   seed-mean raw ECE (False when scaled ≥ raw, NaN-free cells only).
-* test-set uncertainty (when the runs carry the bootstrap plugin's columns): ``<m>_ci_low`` /
-  ``<m>_ci_high`` per :data:`CI_METRICS` = the mean over seeds of the per-run bounds (an
-  approximation of the CI of the seed mean; the report replaces it by the exact interval of the
-  paired replicates where it finds them, ``ci_source`` says which), ``n_test_min_class`` (the
-  smallest test-class count over the seeds) and ``ece_scaling_delta_ci_low`` / ``_high`` (a CI of
-  scaled − raw ECE, :func:`scaling_delta_ci`).
-* ``report_settings`` — one row per (table, model, setting) with the numbers
-  the verdict cites (see :data:`SETTINGS_COLUMNS` and :func:`report_settings`).
-* ``fewshot_temperature`` — for transfer runs with few-shot target temperatures
-  (columns ``temperature_fewshot_k<K>`` and ``ece_scaled_fewshot_k<K>``, written
-  by the temperature-transfer plugin): per (table, model, pair, fraction, K) the
-  seed means, the oracle ECE, ``gap`` = few-shot ECE − oracle ECE and
+* test-set uncertainty (when the runs carry the bootstrap plugin's columns): ``<m>_ci_low`` / ``<m>_ci_high`` per
+  :data:`CI_METRICS` = the mean over seeds of the per-run bounds (an approximation of the CI of the seed mean; the
+  report replaces it by the exact interval of the paired replicates where it finds them, ``ci_source`` says which),
+  ``n_test_min_class`` (the smallest test-class count over the seeds) and ``ece_scaling_delta_ci_low`` / ``_high``
+  (a CI of scaled − raw ECE, :func:`scaling_delta_ci`).
+* ``report_settings`` — one row per (table, model, setting) with the numbers the verdict cites (see
+  :data:`SETTINGS_COLUMNS` and :func:`report_settings`).
+* ``fewshot_temperature`` — for transfer runs with few-shot target temperatures (columns
+  ``temperature_fewshot_k<K>`` and ``ece_scaled_fewshot_k<K>``, written by the temperature-transfer plugin): per
+  (table, model, pair, fraction, K) the seed means, the oracle ECE, ``gap`` = few-shot ECE − oracle ECE and
   ``within`` = gap ≤ tolerance (option ``fewshot_tolerance``, default 0.02).
 """
 
@@ -44,60 +37,51 @@ import numpy as np
 import pandas as pd
 
 from prism_plugin.contracts import T_BOUNDS
-from prism_plugin.quality import as_bool
+from prism_plugin.quality import NLL_ATOL, NLL_RTOL, as_bool, bound_side
 from prism_plugin.hookspecs import hookimpl
-from prism_plugin.tables import UNDECLARED, RunTables, SummaryOutput
+from prism_plugin.registrars import TableKind
+from prism_plugin.tables import SHIFT_ROUTED_FROM, UNDECLARED, RunTables, SummaryOutput, table_kinds
 
-#: (table attribute, setting column, temperature column used for ece_scaled_fixed, transfer?)
-TABLE_SPECS: tuple[tuple[str, str, str, bool], ...] = (
-    ("indomain", "dataset", "temperature", False),
-    ("indomain_propval", "dataset", "temperature", False),
-    ("transfer", "pair", "temperature_src", True),
-    ("camelyon17_indomain", "hospital", "temperature", False),
-    ("camelyon17_transfer", "pair", "temperature_src", True),
-    ("covariate_transfer", "pair", "temperature_src", True),
-    ("prior_transfer", "pair", "temperature_src", True),
-)
-#: The transfer tables (target metrics, source-fitted temperature).
-TRANSFER_TABLES = tuple(t for t, _k, _c, transfer in TABLE_SPECS if transfer)
-TABLE_LABELS = {
-    "indomain": "in-distribution",
-    "indomain_propval": "in-distribution (proportional validation)",
-    "transfer": "label-definition transfer",
-    "camelyon17_indomain": "Camelyon17 in-distribution",
-    "camelyon17_transfer": "Camelyon17 hospital transfer",
-    "covariate_transfer": "covariate-shift transfer",
-    "prior_transfer": "prior-shift transfer",
-}
-#: The shift kind of a table's rows when they carry no ``shift`` column (the PRISM release tables).
-TABLE_SHIFTS = {"transfer": "label_definition", "camelyon17_transfer": "covariate",
-                "covariate_transfer": "covariate", "prior_transfer": "prior"}
 #: Label of ``transfer`` rows whose task declares no shift kind (``shift`` = ``undeclared``).
 UNDECLARED_LABEL = "transfer (shift kind not declared)"
 
 
-def table_label(table: str, shift: Any = None) -> str:
-    """How the report names a table's runs: :data:`TABLE_LABELS`, except ``transfer`` rows whose
+def report_kinds(options: Mapping[str, Any] | None = None) -> dict[str, TableKind]:
+    """The table kinds the report reads, by name in report order: ``options["table_kinds"]`` (the
+    report passes its host's, :func:`prism_plugin.report.build.summary_options`), else the shared host's."""
+    given = (options or {}).get("table_kinds")
+    return {k.name: k for k in (table_kinds() if given is None else given)}
+
+
+def transfer_tables(kinds: Mapping[str, TableKind]) -> tuple[str, ...]:
+    """The transfer tables (target metrics, source-fitted temperature), in report order."""
+    return tuple(name for name, k in kinds.items() if k.transfer)
+
+
+def table_label(table: str, shift: Any = None, kinds: Mapping[str, TableKind] | None = None) -> str:
+    """How the report names a table's runs: its kind's ``label``, except ``transfer`` rows whose
     task declares no shift kind (:data:`UNDECLARED_LABEL`)."""
-    if table == "transfer" and str(shift) == UNDECLARED:
+    if table == SHIFT_ROUTED_FROM and str(shift) == UNDECLARED:
         return UNDECLARED_LABEL
-    return TABLE_LABELS.get(table, table)
+    kind = (report_kinds() if kinds is None else kinds).get(table)
+    return kind.label if kind is not None else table
 
 
-def frame_label(table: str, frame: pd.DataFrame) -> str:
+def frame_label(table: str, frame: pd.DataFrame, kinds: Mapping[str, TableKind] | None = None) -> str:
     """:func:`table_label` for a frame of ``table``'s cells or settings: the undeclared-shift label
     only when every row of ``transfer`` is undeclared."""
     shifts = set(frame["shift"].astype(str)) if "shift" in frame.columns and len(frame) else set()
-    return table_label(table, UNDECLARED if shifts == {UNDECLARED} else None)
+    return table_label(table, UNDECLARED if shifts == {UNDECLARED} else None, kinds)
 
 
-def label_definition_bands_apply(table: str, shift: Any = None) -> bool:
+def label_definition_bands_apply(table: str, shift: Any = None, kinds: Mapping[str, TableKind] | None = None) -> bool:
     """Whether the PRISM transfer-AUROC zone (label-definition pairs, Table 7) is the yardstick of
-    these runs: the release's label-definition table and runs declaring ``shift: label_definition``;
-    Camelyon17's hospital pairs keep the reading the report always gave them."""
-    if table == "camelyon17_transfer":
-        return True
-    return table == "transfer" and str(shift) != UNDECLARED
+    these runs: kinds declaring ``bands`` (the release's label-definition table, Camelyon17's
+    hospital pairs), except rows whose task declares no shift kind."""
+    kind = (report_kinds() if kinds is None else kinds).get(table)
+    return kind is not None and kind.bands and str(shift) != UNDECLARED
+
+
 #: The band columns the verdict always reads (AUROC, macro-F1, raw and scaled ECE). The band tables
 #: use :func:`band_metrics`, which reads the metric registry (``bands=True``; plugins add more).
 VERDICT_BAND_COLUMNS = ("auroc", "f1_macro", "ece_fixed", "ece_scaled_fixed")
@@ -169,10 +153,10 @@ def setting_values(df: pd.DataFrame, key: str) -> pd.Series:
     return df[key].astype(str)
 
 
-def _n_classes(df: pd.DataFrame, transfer: bool, table: str) -> pd.Series:
+def _n_classes(df: pd.DataFrame, kind: TableKind) -> pd.Series:
     if "n_classes" in df.columns:
         return pd.to_numeric(df["n_classes"], errors="coerce")
-    if transfer or table.startswith("camelyon17"):
+    if kind.binary:
         return pd.Series(2, index=df.index, dtype=float)
     return pd.Series(np.nan, index=df.index, dtype=float)
 
@@ -193,10 +177,12 @@ def fewshot_ks(df: pd.DataFrame) -> list[int]:
     return sorted(ks)
 
 
-def _long(tables: RunTables, bands: tuple[str, ...] = VERDICT_BAND_COLUMNS) -> pd.DataFrame:
+def _long(tables: RunTables, bands: tuple[str, ...] = VERDICT_BAND_COLUMNS,
+          kinds: Mapping[str, TableKind] | None = None) -> pd.DataFrame:
     """All per-run rows in one frame with table / setting / temperature columns unified."""
     parts = []
-    for table, key, tcol, transfer in TABLE_SPECS:
+    for table, kind in (report_kinds() if kinds is None else kinds).items():
+        key, tcol, transfer = kind.setting, kind.temperature, kind.transfer
         df = getattr(tables, table, None)
         if df is None or df.empty:
             continue
@@ -205,8 +191,8 @@ def _long(tables: RunTables, bands: tuple[str, ...] = VERDICT_BAND_COLUMNS) -> p
         nan = pd.Series(np.nan, index=df.index)
         cols: dict[str, Any] = {"table": table, "model": df["model"].astype(str), "setting": setting_values(df, key),
                                 "fraction": pd.to_numeric(df["fraction"], errors="coerce").round(9)}
-        cols["n_classes"] = pd.Series(_n_classes(df, transfer, table).to_numpy(), index=df.index)
-        default_shift = TABLE_SHIFTS.get(table, "") if transfer else ""
+        cols["n_classes"] = pd.Series(_n_classes(df, kind).to_numpy(), index=df.index)
+        default_shift = kind.shift if transfer else ""
         if transfer and "shift" in df.columns:
             cols["shift"] = df["shift"].where(df["shift"].notna() & (df["shift"].astype(str) != ""),
                                               default_shift).astype(str)
@@ -218,12 +204,12 @@ def _long(tables: RunTables, bands: tuple[str, ...] = VERDICT_BAND_COLUMNS) -> p
         for c in ("temperature_oracle", "ece_scaled_oracle", "degeneracy_share", "nll", "nll_scaled",
                   "n_test_classes"):
             cols[c] = pd.to_numeric(df[c], errors="coerce") if c in df.columns else nan
-        if table == "indomain_propval":  # nll_scaled is after the full-validation T, not this table's
+        if kind.temperature_from:  # nll_scaled is after the full-validation T, not this table's
             cols["nll_scaled"] = nan
         for m in CI_METRICS:  # per-run test-set bootstrap CIs (the bootstrap metric plugin), when present
             for end in ("ci_low", "ci_high"):
                 c = f"{m}_{end}"
-                scaled_elsewhere = table == "indomain_propval" and m in PROPVAL_OTHER_T
+                scaled_elsewhere = bool(kind.temperature_from) and m in PROPVAL_OTHER_T
                 cols[c] = pd.to_numeric(df[c], errors="coerce") if c in df.columns and not scaled_elsewhere else nan
         minc = next((c for c in MIN_CLASS_COLUMNS if c in df.columns), None)
         cols["n_test_min_class"] = pd.to_numeric(df[minc], errors="coerce") if minc else nan
@@ -240,11 +226,12 @@ def _long(tables: RunTables, bands: tuple[str, ...] = VERDICT_BAND_COLUMNS) -> p
 
 def report_cells(tables: RunTables, *, binary_logits: str = "symmetric",
                  bands: tuple[str, ...] = VERDICT_BAND_COLUMNS,
-                 t_bounds: tuple[float, float] = T_BOUNDS) -> pd.DataFrame:
-    """The ``report_cells`` table (see the module docstring). Rows: tables in
-    :data:`TABLE_SPECS` order, then model / setting in order of first
-    appearance, fraction ascending. ``t_bounds``: the temperature search box the runs used."""
-    long = _long(tables, bands)
+                 t_bounds: tuple[float, float] = T_BOUNDS, kinds: Mapping[str, TableKind] | None = None) -> pd.DataFrame:
+    """The ``report_cells`` table (see the module docstring). Rows: tables in report order
+    (:func:`report_kinds`), then model / setting in order of first appearance, fraction ascending.
+    ``t_bounds``: the temperature search box the runs used."""
+    kinds = report_kinds() if kinds is None else kinds
+    long = _long(tables, bands, kinds)
     if long.empty:
         return pd.DataFrame(columns=CELL_ID)
     g = long.groupby(CELL_ID, sort=False)
@@ -289,7 +276,7 @@ def report_cells(tables: RunTables, *, binary_logits: str = "symmetric",
     out = out.join(_quality_counts(long, g, t_bounds))
     out = scaling_delta_ci(out)
     out = out.reset_index()
-    order = {t: i for i, (t, *_rest) in enumerate(TABLE_SPECS)}
+    order = {t: i for i, t in enumerate(kinds)}
     out["_t"] = out["table"].map(order)
     out["_f"] = out["fraction"]
     firsts = {k: i for i, k in enumerate(dict.fromkeys(zip(long["table"], long["model"], long["setting"])))}
@@ -300,10 +287,9 @@ def report_cells(tables: RunTables, *, binary_logits: str = "symmetric",
 
 def scaling_delta_ci(cells: pd.DataFrame) -> pd.DataFrame:
     """``ece_scaling_delta_ci_low`` / ``_high``: a CI of (scaled − raw) seed-mean ECE per cell, and
-    ``ece_scaling_delta_ci_source``. Without the paired bootstrap replicates (the report puts the
-    exact paired interval in, :mod:`prism_plugin.report.uncertainty`) it is the conservative
-    [scaled low − raw high, scaled high − raw low]: it includes zero whenever the two intervals
-    overlap. NaN where either interval is missing."""
+    ``ece_scaling_delta_ci_source``. Without the paired bootstrap replicates (the report puts the exact paired
+    interval in, :mod:`prism_plugin.report.uncertainty`) it is the conservative [scaled low − raw high, scaled high
+    − raw low]: it includes zero whenever the two intervals overlap. NaN where either interval is missing."""
     cols = ("ece_fixed_ci_low", "ece_fixed_ci_high", "ece_scaled_fixed_ci_low", "ece_scaled_fixed_ci_high")
     if not all(c in cells for c in cols):
         return cells
@@ -318,15 +304,11 @@ def scaling_delta_ci(cells: pd.DataFrame) -> pd.DataFrame:
 def _quality_counts(long: pd.DataFrame, g, t_bounds: tuple[float, float]) -> pd.DataFrame:
     """Per cell: runs whose probe did not converge, whose temperature is at a search bound (low /
     high), whose test NLL rose after scaling, and whose test split has one class (NaN: not recorded)."""
-    from prism_plugin.quality import bound_side
-
     bounds = tuple(float(b) for b in t_bounds)
     t = long["temperature"]
     side = t.map(lambda v: bound_side(v, bounds)).where(t.notna())
     hit = (side != "").astype(float).where(t.notna())
     low = (side == "low").astype(float).where(t.notna())
-    from prism_plugin.quality import NLL_ATOL, NLL_RTOL
-
     worse = (long["nll_scaled"] > long["nll"] + NLL_RTOL * long["nll"].abs() + NLL_ATOL).astype(float)
     worse[long["nll"].isna() | long["nll_scaled"].isna()] = np.nan
     flags = pd.DataFrame({"not_converged": 1.0 - long["probe_converged"], "t_bound": hit, "t_bound_low": low,
@@ -338,17 +320,19 @@ def _quality_counts(long: pd.DataFrame, g, t_bounds: tuple[float, float]) -> pd.
     return counts.add_suffix("_runs").reindex(g.size().index)
 
 
-def fewshot_temperature(tables: RunTables, *, tolerance: float = FEWSHOT_TOLERANCE) -> pd.DataFrame:
+def fewshot_temperature(tables: RunTables, *, tolerance: float = FEWSHOT_TOLERANCE,
+                        kinds: Mapping[str, TableKind] | None = None) -> pd.DataFrame:
     """The ``fewshot_temperature`` table (long: one row per K); empty when no
     transfer table has few-shot columns and an oracle ECE."""
     rows = []
-    long = _long(tables)
+    kinds = report_kinds() if kinds is None else kinds
+    long = _long(tables, kinds=kinds)
     if long.empty:
         return pd.DataFrame(columns=FEWSHOT_COLUMNS)
     ks = sorted(int(c[len("temperature_fewshot_k"):]) for c in long.columns if FEWSHOT_T.match(c))
     if not ks:
         return pd.DataFrame(columns=FEWSHOT_COLUMNS)
-    sub = long.loc[long["table"].isin(TRANSFER_TABLES)]
+    sub = long.loc[long["table"].isin(transfer_tables(kinds))]
     for (table, model, setting, fraction), g in sub.groupby(CELL_ID, sort=False):
         oracle = g["ece_scaled_oracle"].mean()
         for k in ks:
@@ -369,31 +353,30 @@ def _fmt_fracs(values) -> str:
 
 
 def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None,
-                    bands: tuple[str, ...] = VERDICT_BAND_COLUMNS) -> pd.DataFrame:
+                    bands: tuple[str, ...] = VERDICT_BAND_COLUMNS,
+                    kinds: Mapping[str, TableKind] | None = None) -> pd.DataFrame:
     """One row per (table, model, setting) from a :func:`report_cells` table.
 
     * ``*_lo`` / ``*_hi``: seed means at the setting's smallest / largest fraction;
-    * ``collapsed_cells`` (cells with at least one collapsed run),
-      ``collapsed_fractions`` (";"-joined), ``largest_collapsed_fraction``
-      (NaN if none) and ``collapse_free_from`` = the smallest fraction above
-      every collapsed one (NaN if none collapsed or the largest did);
-    * ``scaling_cells`` (cells with raw and scaled ECE), ``scaling_not_helping_cells``
-      (seed-mean scaled ECE ≥ raw), their fractions, and the worst one
-      (largest scaled − raw: ``worst_scaling_fraction``, ``worst_scaling_gap``);
+    * ``collapsed_cells`` (cells with at least one collapsed run), ``collapsed_fractions`` (";"-joined),
+      ``largest_collapsed_fraction`` (NaN if none) and ``collapse_free_from`` = the smallest fraction above every
+      collapsed one (NaN if none collapsed or the largest did);
+    * ``scaling_cells`` (cells with raw and scaled ECE), ``scaling_not_helping_cells`` (seed-mean scaled ECE ≥
+      raw), their fractions, and the worst one (largest scaled − raw: ``worst_scaling_fraction``,
+      ``worst_scaling_gap``);
     * ``temperature_lo`` / ``_hi`` against ``neutral_temperature``;
-    * transfer tables: ``transfer_auroc`` = mean over fractions of the seed-mean
-      AUROC (the banding variable of PROTOCOL §6.10), ``target_ece_delta`` =
-      raw ECE at the largest minus the smallest fraction, ``target_ece_rises`` = delta > 0;
-    * few-shot: ``fewshot_ks`` tested, ``fewshot_k_needed`` = smallest K whose
-      few-shot ECE is within tolerance of the oracle ECE at the largest fraction
-      (NaN: none within, or no few-shot columns), ``fewshot_fractions_not_within``;
-    * quality (cells with at least one such run; NaN when the runs do not record it):
-      ``degenerate_cells`` (PRISM's > 0.99 share), ``collapse_signal`` (``prevalence``: the
-      collapsed_* columns follow the prevalence-aware ``collapsed`` column; ``prism``: the runs only
-      carry ``degenerate``), ``single_class_test_cells``, ``not_converged_runs`` / ``_cells`` /
-      ``_fractions``, ``t_bound_cells`` / ``_fractions`` / ``_side`` (``low``, ``high``, ``low+high``:
-      the table's temperature within 0.001 of a search bound), ``nll_worse_cells`` / ``_fractions``
-      (test NLL after scaling above the raw NLL).
+    * transfer tables: ``transfer_auroc`` = mean over fractions of the seed-mean AUROC (the banding variable of
+      PROTOCOL §6.10), ``target_ece_delta`` = raw ECE at the largest minus the smallest fraction,
+      ``target_ece_rises`` = delta > 0;
+    * few-shot: ``fewshot_ks`` tested, ``fewshot_k_needed`` = smallest K whose few-shot ECE is within tolerance of
+      the oracle ECE at the largest fraction (NaN: none within, or no few-shot columns),
+      ``fewshot_fractions_not_within``;
+    * quality (cells with at least one such run; NaN when the runs do not record it): ``degenerate_cells`` (PRISM's
+      > 0.99 share), ``collapse_signal`` (``prevalence``: the collapsed_* columns follow the prevalence-aware
+      ``collapsed`` column; ``prism``: the runs only carry ``degenerate``), ``single_class_test_cells``,
+      ``not_converged_runs`` / ``_cells`` / ``_fractions``, ``t_bound_cells`` / ``_fractions`` / ``_side``
+      (``low``, ``high``, ``low+high``: the table's temperature within 0.001 of a search bound),
+      ``nll_worse_cells`` / ``_fractions`` (test NLL after scaling above the raw NLL).
     """
     rows = []
     extra = [f"{m}_{end}" for m in bands if m not in VERDICT_BAND_COLUMNS for end in ("lo", "hi")]
@@ -401,10 +384,11 @@ def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None,
         SETTINGS_COLUMNS[SETTINGS_COLUMNS.index("collapsed_cells"):]
     if cells.empty:
         return pd.DataFrame(columns=columns)
+    transfers = transfer_tables(report_kinds() if kinds is None else kinds)
     for (table, model, setting), g in cells.groupby(["table", "model", "setting"], sort=False):
         g = g.sort_values("fraction")
         lo, hi = g.iloc[0], g.iloc[-1]
-        transfer = table in TRANSFER_TABLES
+        transfer = table in transfers
         coll = g.loc[g["collapsed_runs"].fillna(0) > 0, "fraction"]
         largest = float(coll.max()) if len(coll) else np.nan
         above = g.loc[g["fraction"] > largest, "fraction"] if len(coll) else pd.Series(dtype=float)
@@ -460,13 +444,12 @@ def _col(g: pd.DataFrame, column: str) -> pd.Series:
 
 
 def _uncertainty_settings(g: pd.DataFrame, transfer: bool) -> dict[str, Any]:
-    """The uncertainty columns of one setting (NaN when the runs carry no test-set CI):
-    ``n_test_min_class`` (smallest test class count over its cells), ``few_test_cells`` (cells
-    below :data:`FEW_TEST_SAMPLES`), the CI of AUROC / scaled ECE at the largest fraction, of
-    ``transfer_auroc`` (mean over fractions of the cells' bounds), ``scaling_ci_cells`` (cells with
-    a CI of scaled − raw ECE), ``scaling_unsure_cells`` / ``_fractions`` (cells where scaling lowered
-    the seed-mean ECE but that CI includes zero) and ``scaling_not_helping_unsure_cells`` (cells
-    where it did not, with a CI including zero)."""
+    """The uncertainty columns of one setting (NaN when the runs carry no test-set CI): ``n_test_min_class``
+    (smallest test class count over its cells), ``few_test_cells`` (cells below :data:`FEW_TEST_SAMPLES`), the CI
+    of AUROC / scaled ECE at the largest fraction, of ``transfer_auroc`` (mean over fractions of the cells'
+    bounds), ``scaling_ci_cells`` (cells with a CI of scaled − raw ECE), ``scaling_unsure_cells`` / ``_fractions``
+    (cells where scaling lowered the seed-mean ECE but that CI includes zero) and
+    ``scaling_not_helping_unsure_cells`` (cells where it did not, with a CI including zero)."""
     hi = g.iloc[-1]
     out: dict[str, Any] = {}
     n = _col(g, "n_test_min_class")
@@ -521,36 +504,41 @@ def _quality_settings(g: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+#: the leaderboard page reads report_cells (:func:`prism_plugin.summaries.engine.summary_plugins`)
+LEADERBOARD = True
+
+
 @hookimpl
 def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | None:
-    """``report_cells``, ``report_settings`` and (when present) ``fewshot_temperature``.
-    Options: ``binary_logits`` (``symmetric``/``natural``: the neutral binary
-    temperature 2 or 1), ``fewshot_tolerance`` (0.02) and ``temperature_bounds`` (the search box
-    the runs used, default [0.1, 10])."""
+    """``report_cells``, ``report_settings`` and (when present) ``fewshot_temperature``. Options: ``binary_logits``
+    (``symmetric``/``natural``: the neutral binary temperature 2 or 1), ``fewshot_tolerance`` (0.02) and
+    ``temperature_bounds`` (the search box the runs used, default [0.1, 10])."""
     options = options or {}
     convention = str(options.get("binary_logits", "symmetric"))
     tol = float(options.get("fewshot_tolerance", FEWSHOT_TOLERANCE))
     bands = band_metrics(options)
+    kinds = report_kinds(options)
     bounds = options.get("temperature_bounds") or T_BOUNDS
-    cells = report_cells(tables, binary_logits=convention, bands=bands, t_bounds=(float(bounds[0]), float(bounds[1])))
+    cells = report_cells(tables, binary_logits=convention, bands=bands, t_bounds=(float(bounds[0]), float(bounds[1])),
+                         kinds=kinds)
     if cells.empty:
         return None
     out = SummaryOutput()
     out.tables["report_cells"] = cells
-    fs = fewshot_temperature(tables, tolerance=tol)
+    fs = fewshot_temperature(tables, tolerance=tol, kinds=kinds)
     if not fs.empty:
         out.tables["fewshot_temperature"] = fs
-    elif any(tables[t] is not None for t in TRANSFER_TABLES):
+    elif any(tables[t] is not None for t in transfer_tables(kinds)):
         out.notes.append(
             "fewshot_temperature not computed: the transfer runs have no few-shot target temperature columns "
             "(temperature_fewshot_k<K> with ece_scaled_fewshot_k<K>, written by the temperature-transfer plugin)"
         )
-    out.tables["report_settings"] = report_settings(cells, fs, bands)
+    out.tables["report_settings"] = report_settings(cells, fs, bands, kinds)
     return out
 
 
 __all__ = [
-    "VERDICT_BAND_COLUMNS", "FEWSHOT_TOLERANCE", "TABLE_LABELS", "TABLE_SHIFTS", "TRANSFER_TABLES", "TRANSFER_ZONE",
-    "UNDECLARED_LABEL", "label_definition_bands_apply", "table_label", "band_metrics", "fewshot_ks", "fewshot_temperature",
+    "VERDICT_BAND_COLUMNS", "FEWSHOT_TOLERANCE", "TRANSFER_ZONE", "UNDECLARED_LABEL", "label_definition_bands_apply",
+    "report_kinds", "table_label", "transfer_tables", "band_metrics", "fewshot_ks", "fewshot_temperature",
     "neutral_temperature", "report_cells", "report_settings", "summarize",
 ]

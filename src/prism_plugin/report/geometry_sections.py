@@ -1,17 +1,13 @@
 """Report sections: probe sensitivity (ranking stability) and embedding geometry.
 
-* **Probe sensitivity** — shown when the results hold runs at ≥ 2 values of
-  the logistic probe's C (a ``sweep: {probe.C: [...]}``) or MLP-probe runs:
-  the Kendall τ table of the model ordering at each C against C = 1 (AUROC and
-  raw ECE, with sign inversions) and of linear vs MLP, from
-  :mod:`prism_plugin.summaries.probe_sensitivity`.
-* **Embedding geometry and model structure** — with ≥ 2 models: the mutual
-  k-NN alignment heatmap per dataset (from ``geometry/alignment_*.csv`` written
-  by ``prism-run geometry --output <this folder>``, else computed from the
-  cached test embeddings of the runs, on at most 2,000 samples), the
-  dendrogram of the model × dataset AUROC matrix (1 − Spearman ρ, average
-  linkage) and the reliability radar. With one model the section says why
-  they are not shown.
+* **Probe sensitivity** — shown when the results hold runs at ≥ 2 values of the logistic probe's C (a ``sweep:
+  {probe.C: [...]}``) or MLP-probe runs: the Kendall τ table of the model ordering at each C against C = 1 (AUROC
+  and raw ECE, with sign inversions) and of linear vs MLP, from :mod:`prism_plugin.summaries.probe_sensitivity`.
+* **Embedding geometry and model structure** — with ≥ 2 models: the mutual k-NN alignment heatmap per dataset (from
+  ``geometry/alignment_*.csv`` written by ``prism-run geometry --output <this folder>``, else computed from the
+  cached test embeddings of the runs, on at most 2,000 samples), the dendrogram of the model × dataset AUROC matrix
+  (1 − Spearman ρ, average linkage) and the reliability radar. With one model the section says why they are not
+  shown.
 
 Figures are matplotlib (Agg, no pyplot state) PNGs in ``ReportSection.figures``.
 """
@@ -165,7 +161,7 @@ def sensitivity_section(view, runs: pd.DataFrame | None = None) -> ReportSection
                        f"{'s' if len(models) != 1 else ''} ({', '.join(models)}); a ranking needs at least two.")
             not_shown.append(f"{what}: Kendall τ {NEEDS} (run the same sweep for another model and report "
                              "the folder holding both)")
-        setting_col = "C" if "mlp" not in prefix else "mlp_settings"
+        setting_col = "mlp_settings" if "mlp_settings" in table.columns else "C"
         cols = [(key, key), ("fraction", "fraction"), (setting_col, setting_col), ("n_models", "models"),
                 ("kendall_auroc", "τ AUROC"), ("kendall_ece", "τ ECE"), ("auroc_inverted", "AUROC inverted"),
                 ("ece_inverted", "ECE inverted"), ("note", "note")]

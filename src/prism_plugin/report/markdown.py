@@ -4,20 +4,16 @@
 formatted by :func:`fmt`) are the only Markdown table writers of prism-plugin; every report
 section and the audit use them.
 
-The converter turns report section bodies into HTML.
+The converter (report section bodies to HTML) covers what report sections use: ATX headings, paragraphs, pipe
+tables (with ``:--`` alignment), bullet and numbered lists (one level), fenced code blocks, block quotes,
+horizontal rules and the inline forms ``code``, **bold**, *italic*, [links](url) and ![images](src). Everything
+else is escaped text, so a section can never inject markup. Images are resolved through a callback (the report
+embeds figures as base64 data URIs).
 
-Covers what report sections use: ATX headings, paragraphs, pipe tables (with
-``:--`` alignment), bullet and numbered lists (one level), fenced code blocks,
-block quotes, horizontal rules and the inline forms ``code``, **bold**,
-*italic*, [links](url) and ![images](src). Everything else is escaped text,
-so a section can never inject markup. Images are resolved through a callback
-(the report embeds figures as base64 data URIs).
-
-Every HTML table is ``<table class="sortable">`` (the page's :data:`TABLE_SCRIPT` sorts it by a
-click on a header; without JavaScript it is a plain table) and comes with a ``CSV`` link: a
-``data:text/csv`` URI of the table's cell texts (inline Markdown reduced to its text), so each
-table can be downloaded from a self-contained page. :func:`add_table_tools` gives tables written
-as raw HTML (a section's ``html``) the same link and class.
+Every HTML table is ``<table class="sortable">`` (the page's :data:`TABLE_SCRIPT` sorts it by a click on a header;
+without JavaScript it is a plain table) and comes with a ``CSV`` link: a ``data:text/csv`` URI of the table's cell
+texts (inline Markdown reduced to its text), so each table can be downloaded from a self-contained page.
+:func:`add_table_tools` gives tables written as raw HTML (a section's ``html``) the same link and class.
 """
 
 from __future__ import annotations

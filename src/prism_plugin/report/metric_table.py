@@ -15,11 +15,11 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from prism_plugin.report.derived import TABLE_LABELS, TABLE_SPECS, setting_values
+from prism_plugin.report.derived import report_kinds, setting_values, table_label
 from prism_plugin.report.markdown import pipe_table
 from prism_plugin.report.sections import ReportSection
-from prism_plugin.report.verdict import pct, setting_label
-from prism_plugin.results import AGGREGATORS
+from prism_plugin.report.verdict_rows import pct, setting_label
+from prism_plugin.aggregation import AGGREGATORS
 
 STEM = "metric_cells"
 METRIC_CELLS_COLUMNS = ["table", "model", "setting", "fraction", "metric", "display", "direction", "aggregation",
@@ -28,34 +28,29 @@ MAX_ROWS = 80
 SETTING_KEYS = ("dataset", "pair", "hospital")
 
 
-def _setting_key(table: str, df: pd.DataFrame) -> str | None:
-    for name, key, _t, _tr in TABLE_SPECS:
-        if name == table:
-            return key if key in df.columns or (key == "pair" and {"src", "tgt"} <= set(df.columns)) else None
+def _setting_key(kind, df: pd.DataFrame) -> str | None:
+    if kind is not None:
+        key = kind.setting
+        return key if key in df.columns or (key == "pair" and {"src", "tgt"} <= set(df.columns)) else None
     return next((k for k in SETTING_KEYS if k in df.columns), None)
 
 
-def _table_order(run_tables) -> list[str]:
-    present = list(run_tables.present())
-    known = [name for name, *_rest in TABLE_SPECS if name in present]
-    return known + [t for t in present if t not in known]
-
-
-def metric_cells(run_tables, described: Iterable[Any]) -> pd.DataFrame:
+def metric_cells(run_tables, described: Iterable[Any], kinds=None) -> pd.DataFrame:
     """The ``metric_cells`` table (see the module docstring) for ``described`` metrics
     (:class:`~prism_plugin.metrics.descriptions.DescribedMetric`) present in ``run_tables``.
 
-    ``value`` is the seed aggregate of the description (``mean``: the mean, with ``std`` the seed
-    standard deviation, ddof = 1, NaN for one run; ``median``/``max``/``min``/``sum``/``first``:
-    that statistic, ``std`` NaN); ``n_runs`` counts the runs with a value. Rows: table kinds in
-    report order, then model / setting in order of first appearance, fraction ascending, metrics in
-    registration order.
+    ``value`` is the seed aggregate of the description (``mean``: the mean, with ``std`` the seed standard
+    deviation, ddof = 1, NaN for one run; ``median``/``max``/``min``/``sum``/``first``: that statistic, ``std``
+    NaN); ``n_runs`` counts the runs with a value. Rows: table kinds in report order, then model / setting in order
+    of first appearance, fraction ascending, metrics in registration order.
     """
     described = list(described)
     rows: list[dict[str, Any]] = []
     if run_tables is None:
         return pd.DataFrame(columns=METRIC_CELLS_COLUMNS)
-    for table in _table_order(run_tables):
+    kinds = report_kinds() if kinds is None else kinds
+    present = list(run_tables.present())
+    for table in [t for t in kinds if t in present] + [t for t in present if t not in kinds]:
         df = run_tables.get(table)
         if df is None or df.empty or "model" not in df.columns or "fraction" not in df.columns:
             continue
@@ -68,7 +63,7 @@ def metric_cells(run_tables, described: Iterable[Any]) -> pd.DataFrame:
                     cols[c] = (d, vals)
         if not cols:
             continue
-        key = _setting_key(table, df)
+        key = _setting_key(kinds.get(table), df)
         frame = pd.DataFrame({"model": df["model"].astype(str).to_numpy(),
                               "setting": setting_values(df, key).to_numpy() if key else "",
                               "fraction": pd.to_numeric(df["fraction"], errors="coerce").round(9).to_numpy()})
@@ -119,7 +114,7 @@ def _stat(how: str) -> str:
     return "mean ± sd" if how == "mean" else how
 
 
-def metric_section(cells: pd.DataFrame | None, described: Iterable[Any]) -> ReportSection:
+def metric_section(cells: pd.DataFrame | None, described: Iterable[Any], kinds=None) -> ReportSection:
     """The "Metrics by label fraction" section from a :func:`metric_cells` table."""
     sec = ReportSection("Metrics by label fraction", "", order=88, key="metrics",
                         summary="every described metric, per fraction")
@@ -148,7 +143,7 @@ def metric_section(cells: pd.DataFrame | None, described: Iterable[Any]) -> Repo
         d = info[metric]  # every row of the table comes from a description
         by_f = {float(r.fraction): _cell(r.value, r.std, d.info.fmt, getattr(r, "ci_low", np.nan),
                                          getattr(r, "ci_high", np.nan)) for r in g.itertuples(index=False)}
-        rows.append([TABLE_LABELS.get(table, table), model, setting_label(setting), d.info.titled,
+        rows.append([table_label(table, kinds=kinds), model, setting_label(setting), d.info.titled,
                      _stat(str(g["aggregation"].iloc[0]))] + [by_f.get(float(f), "–") for f in fractions])
     sec.body = intro + "\n\n" + pipe_table(header, rows)
     return sec

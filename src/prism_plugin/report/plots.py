@@ -42,6 +42,8 @@ MIN_FONT_PT = 8.5
 LEGEND_GAP_IN = 0.12
 #: White margin (inches) kept around a report figure's content when it is cropped.
 CROP_PAD_IN = 0.08
+#: The "not shown" line of a section whose figures need matplotlib.
+NO_MPL = "figures need matplotlib, which is not installed: pip install matplotlib"
 
 
 def available() -> bool:
@@ -122,7 +124,7 @@ def _texts(fig) -> list:
     return out
 
 
-def _report_png(fig) -> bytes:
+def report_png(fig) -> bytes:
     """A report figure: fonts legible in the report column, cropped to its content (the white
     margins the fixed layout reserved and did not use) with a small pad. One draw pass (cheaper
     than ``bbox_inches="tight"``, which draws twice)."""
@@ -147,10 +149,6 @@ def style():
 
     return matplotlib.rc_context(_rc())
 
-
-# the former private names, used throughout this module
-_figure, _style = figure, style
-_png = _report_png
 
 
 def model_colors(models: Iterable[str]) -> dict[str, str]:
@@ -196,7 +194,7 @@ def _log_y(ax, lo: float, hi: float, ticks=(0.1, 0.2, 0.5, 1, 2, 5, 10)) -> None
     ax.set_ylim(np.log10(lo), np.log10(hi))
 
 
-class _Grid:
+class Grid:
     """A figure of ``rows`` x ``cols`` panels with margins in inches and room for a
     legend below (manual layout: one draw pass)."""
 
@@ -214,7 +212,7 @@ class _Grid:
         n_leg = legend_rows(legend, self.W, legend_title) if legend else 0
         self.legend_h = 0.0 if not n_leg else 0.12 + 0.21 * n_leg
         self.H = top + self.rows * panel_h + (self.rows - 1) * hgap + bottom + self.legend_h
-        self.fig = _figure(self.W, self.H)
+        self.fig = figure(self.W, self.H)
         self.fig.subplots_adjust(left=left / self.W, right=1 - right / self.W,
                                  bottom=(bottom + self.legend_h) / self.H, top=1 - top / self.H,
                                  wspace=wgap / panel_w, hspace=hgap / panel_h)
@@ -228,7 +226,7 @@ class _Grid:
         self.fig.suptitle(text, fontsize=11.5, fontweight="bold", color=INK, y=1 - 0.12 / self.H, va="top")
 
     def legend(self, handles, labels, title: str | None = None) -> None:
-        _legend(self.fig, handles, labels, self.W, title=title)
+        legend(self.fig, handles, labels, self.W, title=title)
 
 
 def fitting_columns(panel_w: float, margins: float, gap: float, width: float = MAX_FIGURE_WIDTH_IN) -> int:
@@ -253,7 +251,7 @@ def _ncol(labels: Sequence[str], width: float) -> int:
     return max(1, min(len(labels), int((width - 0.4) // item)))
 
 
-def _legend(fig, handles, labels, width: float, title: str | None = None) -> None:
+def legend(fig, handles, labels, width: float, title: str | None = None) -> None:
     if not handles:
         return
     if title:
@@ -337,7 +335,7 @@ def ci_legend(level: float | None = None) -> str:
 
 
 # --------------------------------------------------------------------------- curves vs fraction
-def _model_handles(colors: dict[str, str]):
+def model_handles(colors: dict[str, str]):
     from matplotlib.lines import Line2D
 
     return [Line2D([], [], color=c, lw=2, marker="o", ms=4) for c in colors.values()], list(colors)
@@ -363,11 +361,11 @@ def metric_curves(cells: pd.DataFrame, panels: Sequence[tuple[str, str, str]], *
     """
     colors = model_colors(cells["model"])
     panels = list(panels)[:MAX_PANELS]
-    handles, labels = _model_handles(colors)
+    handles, labels = model_handles(colors)
     with_ci = has_ci(cells, {m for _s, m, _l in panels})
     ltitle = "line: seed mean · band: min–max over seeds" + (f" · {ci_legend(ci_level)}" if with_ci else "")
-    with _style():
-        g = _Grid(len(panels), max_cols, legend=labels, legend_title=ltitle, title=bool(title))
+    with style():
+        g = Grid(len(panels), max_cols, legend=labels, legend_title=ltitle, title=bool(title))
         for ax, (setting, metric, ylabel) in zip(g.axes, panels):
             sub = cells.loc[cells["setting"] == setting]
             values = []
@@ -389,7 +387,7 @@ def metric_curves(cells: pd.DataFrame, panels: Sequence[tuple[str, str, str]], *
         if title:
             g.title(title)
         g.legend(handles, labels, title=ltitle)
-        return _png(g.fig)
+        return report_png(g.fig)
 
 
 def ece_curves(cells: pd.DataFrame, settings: Sequence[str], *, scaled_label: str = "after temperature scaling",
@@ -400,14 +398,14 @@ def ece_curves(cells: pd.DataFrame, settings: Sequence[str], *, scaled_label: st
 
     colors = model_colors(cells["model"])
     settings = list(settings)[:MAX_PANELS]
-    handles, labels = _model_handles(colors)
+    handles, labels = model_handles(colors)
     handles += [Line2D([], [], color=MUTED, lw=1.8, marker="o", ms=4),
                 Line2D([], [], color=MUTED, lw=1.6, ls="--", marker="s", ms=3.5)]
     labels += ["raw probabilities", scaled_label]
     with_ci = has_ci(cells, ("ece_fixed", "ece_scaled_fixed"))
     ltitle = "band: min–max over seeds" + (f" · {ci_legend(ci_level)}" if with_ci else "")
-    with _style():
-        g = _Grid(len(settings), max_cols, legend=labels, legend_title=ltitle, title=bool(title))
+    with style():
+        g = Grid(len(settings), max_cols, legend=labels, legend_title=ltitle, title=bool(title))
         for ax, setting in zip(g.axes, settings):
             sub = cells.loc[cells["setting"] == setting]
             for model, grp in sub.groupby("model", sort=False):
@@ -427,7 +425,7 @@ def ece_curves(cells: pd.DataFrame, settings: Sequence[str], *, scaled_label: st
         if title:
             g.title(title)
         g.legend(handles, labels, title=ltitle)
-        return _png(g.fig)
+        return report_png(g.fig)
 
 
 def temperature_curves(cells: pd.DataFrame, settings: Sequence[str], *, max_cols: int = 3,
@@ -444,7 +442,7 @@ def temperature_curves(cells: pd.DataFrame, settings: Sequence[str], *, max_cols
 
     colors = model_colors(cells["model"])
     settings = list(settings)[:MAX_PANELS]
-    handles, labels = _model_handles(colors)
+    handles, labels = model_handles(colors)
     if extra:
         handles.append(Line2D([], [], color=MUTED, lw=1.8))
         labels.append("source validation T")
@@ -454,8 +452,8 @@ def temperature_curves(cells: pd.DataFrame, settings: Sequence[str], *, max_cols
     ltitle = ("below the dotted line: T sharpens (the probe was under-confident); above: T softens · "
               f"grey: search bounds [{bounds[0]:g}, {bounds[1]:g}]")
     lo, hi = bounds[0] * 0.7, bounds[1] * 1.45
-    with _style():
-        g = _Grid(len(settings), max_cols, legend=labels, legend_title=ltitle, title=bool(title))
+    with style():
+        g = Grid(len(settings), max_cols, legend=labels, legend_title=ltitle, title=bool(title))
         for ax, setting in zip(g.axes, settings):
             sub = cells.loc[cells["setting"] == setting]
             neutral = float(sub["neutral_temperature"].dropna().iloc[0]) if sub["neutral_temperature"].notna().any() \
@@ -483,211 +481,15 @@ def temperature_curves(cells: pd.DataFrame, settings: Sequence[str], *, max_cols
         if title:
             g.title(title)
         g.legend(handles, labels, title=ltitle)
-        return _png(g.fig)
+        return report_png(g.fig)
 
 
-# --------------------------------------------------------------------------- reliability
-def pool_bins(entries: Sequence[dict], which: str) -> dict[str, np.ndarray] | None:
-    """Pool the bins of several runs (seeds): counts add, means are count-weighted."""
-    parts = [e[which] for e in entries if e.get(which)]
-    pooled = pool_bin_parts(parts)
-    if pooled is not None:
-        pooled["n"] = float(sum(p["n"] for p in parts))
-    return pooled
-
-
-def pool_bin_parts(parts: Sequence[dict]) -> dict[str, np.ndarray] | None:
-    """Pool reliability bins (``count`` / ``confidence`` / ``accuracy`` lists, ``None`` for an empty
-    bin) of several runs: counts add, means are count-weighted; ``None`` when there are none."""
-    parts = [p for p in parts if p]
-    if not parts:
-        return None
-    counts = np.array([p["count"] for p in parts], dtype=float)
-    conf = np.array([[np.nan if v is None else v for v in p["confidence"]] for p in parts], dtype=float)
-    acc = np.array([[np.nan if v is None else v for v in p["accuracy"]] for p in parts], dtype=float)
-    total = counts.sum(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mc = np.nansum(conf * counts, axis=0) / total
-        ma = np.nansum(acc * counts, axis=0) / total
-    mc[total == 0] = np.nan
-    ma[total == 0] = np.nan
-    return {"count": total, "confidence": mc, "accuracy": ma}
-
-
-#: Axis padding of the reliability panels beyond [0, 1], so markers at 0 and 1 show whole.
-RELIABILITY_PAD = 0.04
-
-
-def reliability_grid(groups: Sequence[dict[str, Any]]) -> bytes:
-    """Reliability diagrams: one panel per group (a cell pooled over seeds).
-
-    Each group: ``title``, ``raw`` / ``scaled`` pooled bins (:func:`pool_bins`),
-    ``ece_raw`` / ``ece_scaled`` (seed-mean ECE to print), ``binary`` (class-1
-    convention) and ``temperature``. Upper part: observed frequency vs
-    confidence with the diagonal; strip below: share of samples per bin.
-    """
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    groups = list(groups)[:MAX_PANELS]
-    n = len(groups)
-    pw, ph, strip, gap_w, gap_h = 3.1, 2.9, 0.8, 0.8, 1.2
-    left, right, top, bottom = 0.8, 0.25, 0.78, 0.55
-    cols = min(4, n, fitting_columns(pw, left + right, gap_w))
-    rows = int(math.ceil(n / cols))
-    handles = [Line2D([], [], color=RAW, marker="o", lw=1.6), Line2D([], [], color=SCALED, marker="s", lw=1.6),
-               Line2D([], [], color=MUTED, ls=":"), Patch(color="#9ca3af")]
-    labels = ["raw probabilities", "after temperature scaling", "perfect calibration",
-              "bars (and marker size): share of test samples per bin"]
-    W = left + cols * pw + (cols - 1) * gap_w + right
-    leg = 0.12 + 0.21 * legend_rows(labels, W)
-    H = top + rows * (ph + strip) + (rows - 1) * gap_h + bottom + leg
-    with _style():
-        fig = _figure(W, H)
-        for i, g in enumerate(groups):
-            r, c = divmod(i, cols)
-            x0 = (left + c * (pw + gap_w)) / W
-            y_top = 1 - (top + r * (ph + strip + gap_h)) / H
-            ax = fig.add_axes([x0, y_top - ph / H, pw / W, ph / H])
-            axh = fig.add_axes([x0, y_top - (ph + strip) / H, pw / W, (strip - 0.14) / H])
-            ax.plot([0, 1], [0, 1], color=MUTED, lw=1, ls=":")
-            for which, color, marker in (("raw", RAW, "o"), ("scaled", SCALED, "s")):
-                b = g.get(which)
-                if b is None:
-                    continue
-                k = len(b["count"])  # the run's number of bins (15 in PRISM)
-                edges = np.linspace(0, 1, k + 1)
-                centers = (edges[:-1] + edges[1:]) / 2
-                width = 1.0 / k
-                ok = b["count"] > 0
-                share = b["count"] / max(b["n"], 1)
-                ax.plot(b["confidence"][ok], b["accuracy"][ok], lw=1.4, color=color, alpha=0.85, clip_on=False)
-                # marker area grows with the bin's share of samples: sparse bins are visibly small; a bin
-                # at frequency 0 or 1 (common) is drawn whole, not cut by the axes (clip_on=False, padded limits)
-                ax.scatter(b["confidence"][ok], b["accuracy"][ok], s=8 + 140 * np.sqrt(share[ok]), marker=marker,
-                           color=color, edgecolors="white", linewidths=0.5, zorder=3, clip_on=False)
-                off = -width / 4 if which == "raw" else width / 4
-                axh.bar(centers + off, share, width=width / 2, color=color, alpha=0.75, linewidth=0)
-            ax.set_xlim(-RELIABILITY_PAD, 1 + RELIABILITY_PAD)
-            ax.set_ylim(-RELIABILITY_PAD, 1 + RELIABILITY_PAD)
-            ax.set_xticks(np.linspace(0, 1, 6))
-            ax.set_yticks(np.linspace(0, 1, 6))
-            ece_line = f"ECE raw {g['ece_raw']:.3f}"
-            if g.get("ece_scaled") is not None and not math.isnan(g["ece_scaled"]):
-                ece_line += f" → scaled {g['ece_scaled']:.3f} (T = {g.get('temperature', float('nan')):.2f})"
-            ax.set_title(g["title"] + "\n" + ece_line, fontsize=9, linespacing=1.35)
-            ax.set_ylabel("observed frequency of class 1" if g.get("binary") else "accuracy", fontsize=8.8)
-            ax.tick_params(labelbottom=False)
-            axh.set_xlim(-RELIABILITY_PAD, 1 + RELIABILITY_PAD)
-            axh.set_xticks(np.linspace(0, 1, 6))
-            axh.set_xlabel("mean predicted p(class 1)" if g.get("binary") else "confidence (max probability)",
-                           fontsize=8.8)
-            axh.set_ylabel("share", fontsize=8.5)
-            axh.set_ylim(0, 1.05)
-            axh.set_yticks([0, 1])
-            axh.tick_params(axis="y", labelsize=8.5)
-            axh.grid(axis="x", visible=False)
-        _legend(fig, handles, labels, W)
-        return _png(fig)
-
-
-# --------------------------------------------------------------------------- collapse
-def collapse_heatmap(cells: pd.DataFrame, *, title: str = "") -> bytes:
-    """Share of seeds whose probe collapsed, per (model · setting) row and fraction column."""
-    from matplotlib.colors import LinearSegmentedColormap
-
-    data = cells.copy()
-    data["row"] = data["model"].astype(str) + " · " + data["setting"].astype(str).str.replace("->", " → ")
-    rows = list(dict.fromkeys(data["row"]))
-    fracs = sorted(data["fraction"].unique())
-
-    def pivot(col):
-        return data.pivot_table(index="row", columns="fraction", values=col, aggfunc="first").reindex(
-            index=rows, columns=fracs)
-
-    share, nruns, ncoll = pivot("collapsed_share"), pivot("n_runs"), pivot("collapsed_runs")
-    cmap = LinearSegmentedColormap.from_list("collapse", ["#ecfdf5", "#fde68a", "#f97316", "#b91c1c"])
-    label_w = 0.35 + 0.068 * max(len(r) for r in rows)
-    cell_w, cell_h = 0.62, 0.27
-    left, right, top, bottom = label_w, 1.35, 0.45 if title else 0.2, 0.6
-    body_h = max(cell_h * len(rows), 1.1)
-    W = left + cell_w * len(fracs) + right
-    H = top + body_h + bottom
-    with _style():
-        fig = _figure(W, H)
-        ax = fig.add_axes([left / W, bottom / H, cell_w * len(fracs) / W, body_h / H])
-        ax.grid(False)
-        im = ax.imshow(share.to_numpy(dtype=float), cmap=cmap, vmin=0, vmax=1, aspect="auto")
-        for i in range(len(rows)):
-            for j in range(len(fracs)):
-                k, t = ncoll.iat[i, j], nruns.iat[i, j]
-                if pd.isna(t):
-                    continue
-                txt = "–" if pd.isna(k) else f"{int(k)}/{int(t)}"
-                dark = not pd.isna(share.iat[i, j]) and share.iat[i, j] > 0.6
-                ax.text(j, i, txt, ha="center", va="center", fontsize=8.5, color="white" if dark else INK)
-        ax.set_xticks(range(len(fracs)))
-        ax.set_xticklabels([pct_label(f) for f in fracs], fontsize=8.5)
-        ax.set_yticks(range(len(rows)))
-        ax.set_yticklabels(rows, fontsize=8.5)
-        ax.set_xlabel("label fraction")
-        ax.tick_params(length=0)
-        for sp in ax.spines.values():
-            sp.set_visible(False)
-        cax = fig.add_axes([(left + cell_w * len(fracs) + 0.15) / W, bottom / H, 0.13 / W,
-                            min(body_h, 2.6) / H])
-        cb = fig.colorbar(im, cax=cax)
-        cb.set_ticks([0, 1 / 3, 2 / 3, 1])
-        cb.set_ticklabels(["0", "1/3", "2/3", "all"])
-        cb.set_label("share of seeds collapsed", fontsize=8.5)
-        if title:
-            ax.set_title(title)
-        return _png(fig)
-
-
-# --------------------------------------------------------------------------- decoupling
-def rank_scatter(points: pd.DataFrame, fractions: Sequence[float], annotations: dict[float, str] | None = None) -> bytes:
-    """AUROC rank (x, 1 = best) vs calibration rank (y, 1 = lowest scaled ECE)
-    per (model, dataset), one panel per fraction, with the diagonal and a ±1 band."""
-    from matplotlib.lines import Line2D
-
-    colors = model_colors(points["model"])
-    fractions = list(fractions)
-    n_max = int(points["n_models"].max()) if len(points) else 1
-    rng = np.random.default_rng(0)
-    handles = [Line2D([], [], color=c, marker="o", lw=0, ms=6) for c in colors.values()]
-    labels = list(colors)
-    ltitle = "each point: one (model, dataset) · grey band: the two ranks agree within one place"
-    with _style():
-        g = _Grid(len(fractions), 3, panel_w=3.7, panel_h=3.5, legend=labels, legend_title=ltitle)
-        for ax, f in zip(g.axes, fractions):
-            sub = points.loc[np.isclose(points["fraction"], f)]
-            x = np.arange(0.5, n_max + 1.5)
-            ax.fill_between(x, x - 1, x + 1, color="#e5e7eb", alpha=0.8, lw=0)
-            ax.plot(x, x, color=MUTED, lw=1, ls=":")
-            jx = rng.uniform(-0.13, 0.13, len(sub))
-            jy = rng.uniform(-0.13, 0.13, len(sub))
-            ax.scatter(sub["rank_auroc"] + jx, sub["rank_cal"] + jy, s=30,
-                       c=[colors[m] for m in sub["model"]], edgecolors="white", linewidths=0.6, zorder=3)
-            rank_axes(ax, n_max)
-            ax.set_xlabel("AUROC rank within dataset (1 = best)")
-            ax.set_ylabel("calibration rank by scaled ECE (1 = best)")
-            ax.set_title(f"{pct_label(f)} labels")
-            if annotations and f in annotations:
-                ax.text(0.97, 0.03, annotations[f], transform=ax.transAxes, ha="right", va="bottom", fontsize=8.5,
-                        bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": GRID})
-        g.legend(handles, labels, title=ltitle)
-        return _png(g.fig)
-
-
-# --------------------------------------------------------------------------- transfer
 def transfer_curves(cells: pd.DataFrame, settings: Sequence[str], *, aggregate_label: str | None = None,
                     zone: bool = True, ci_level: float | None = None, zone_at: float = 0.85) -> bytes:
-    """Target AUROC (top) and target ECE (bottom; raw solid, source-T scaled dashed)
-    vs source label fraction, one block of two panels per pair (at most two pairs side by side,
-    so the figure keeps legible fonts in the report column). With ``aggregate_label`` the
-    pairs are averaged per model (band: range over pairs). AUROC axes are fitted to the data
-    (never beyond [0, 1]; the ``zone_at`` line stays in view when the zone is drawn)."""
+    """Target AUROC (top) and target ECE (bottom; raw solid, source-T scaled dashed) vs source label fraction, one
+    block of two panels per pair (at most two pairs side by side, so the figure keeps legible fonts in the report
+    column). With ``aggregate_label`` the pairs are averaged per model (band: range over pairs). AUROC axes are
+    fitted to the data (never beyond [0, 1]; the ``zone_at`` line stays in view when the zone is drawn)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -703,7 +505,7 @@ def transfer_curves(cells: pd.DataFrame, settings: Sequence[str], *, aggregate_l
         settings = [aggregate_label]
     settings = list(settings)[:6]
     n = len(settings)
-    handles, labels = _model_handles(colors)
+    handles, labels = model_handles(colors)
     handles += [Line2D([], [], color=MUTED, lw=1.8), Line2D([], [], color=MUTED, lw=1.4, ls="--")]
     labels += ["raw", "after the source-fitted T"]
     if zone:
@@ -720,8 +522,8 @@ def transfer_curves(cells: pd.DataFrame, settings: Sequence[str], *, aggregate_l
     W = left + cols * pw + (cols - 1) * 0.72 + right
     leg = 0.12 + 0.21 * legend_rows(labels, W, ltitle)
     H = top + rows * (2 * ph + inner) + (rows - 1) * block_gap + bottom + leg
-    with _style():
-        fig = _figure(W, H)
+    with style():
+        fig = figure(W, H)
         for j, setting in enumerate(settings):
             r, c = divmod(j, cols)
             x0 = (left + c * (pw + 0.72)) / W
@@ -757,43 +559,8 @@ def transfer_curves(cells: pd.DataFrame, settings: Sequence[str], *, aggregate_l
             _fraction_axis(a_ax, sub["fraction"], "")
             _fraction_axis(e_ax, sub["fraction"], "source label fraction (log scale)")
             a_ax.tick_params(labelbottom=False)
-        _legend(fig, handles, labels, W, title=ltitle)
-        return _png(fig)
-
-
-def fewshot_gap(fs: pd.DataFrame, *, tolerance: float = 0.02) -> bytes:
-    """Few-shot ECE minus oracle ECE vs the number of target labels K, at the
-    largest source fraction, one panel per pair, one line per model."""
-    from matplotlib.patches import Patch
-
-    colors = model_colors(fs["model"])
-    settings = list(dict.fromkeys(fs["setting"]))[:MAX_PANELS]
-    handles, labels = _model_handles(colors)
-    handles.append(Patch(color="#dcfce7"))
-    labels.append(f"within {tolerance:g} of the oracle ECE")
-    with _style():
-        g = _Grid(len(settings), 4, legend=labels)
-        for ax, setting in zip(g.axes, settings):
-            sub = fs.loc[fs["setting"] == setting]
-            top = sub.loc[np.isclose(sub["fraction"], sub["fraction"].max())]
-            ax.axhspan(-1, tolerance, color="#dcfce7", alpha=0.7, lw=0)
-            ax.axhline(0, color=MUTED, lw=0.9, ls=":")
-            for model, grp in top.groupby("model", sort=False):
-                grp = grp.sort_values("k")
-                ax.plot(np.log2(grp["k"].astype(float)), grp["gap"], marker="o", ms=4, lw=1.8, color=colors[model])
-            ks = sorted(sub["k"].unique())
-            ax.set_xticks(np.log2(np.asarray(ks, dtype=float)))
-            ax.set_xticklabels([str(int(k)) for k in ks])
-            ax.set_xlabel("labelled target samples K (log scale)")
-            ax.set_ylabel("few-shot ECE − oracle ECE")
-            gaps = top["gap"].to_numpy(dtype=float)
-            lo = min(-0.01, float(np.nanmin(gaps)) - 0.01) if np.isfinite(gaps).any() else -0.01
-            hi = max(tolerance * 2, float(np.nanmax(gaps)) + 0.01) if np.isfinite(gaps).any() else 0.05
-            ax.set_ylim(lo, hi)
-            frac = pct_label(top["fraction"].max()) if len(top) else ""
-            ax.set_title(f"{str(setting).replace('->', ' → ')} ({frac} source labels)")
-        g.legend(handles, labels)
-        return _png(g.fig)
+        legend(fig, handles, labels, W, title=ltitle)
+        return report_png(fig)
 
 
 def is_png(data: bytes) -> bool:

@@ -131,11 +131,12 @@ def seed_mean_ci(reps: list[dict[str, Any]], metric: str) -> tuple[float, float]
     return percentile_ci(stacked.mean(axis=0), reps[0]["level"])
 
 
-def exact_cell_ci(dirs: Iterable[Path], cells: pd.DataFrame, label=None) -> tuple[pd.DataFrame, float | None, int]:
-    """``cells`` (report_cells) with the CI columns of every cell whose runs all have replicates
-    replaced by the exact seed-mean interval (``ci_source`` = ``paired replicates``), the
-    bootstrap level, and how many cells were replaced. ``label(row) -> model`` maps a runs.csv
-    row to the model label the cells use (probe / sweep-variant labels)."""
+def exact_cell_ci(dirs: Iterable[Path], cells: pd.DataFrame, label=None,
+                  other_t: Iterable[str] = ()) -> tuple[pd.DataFrame, float | None, int]:
+    """``cells`` (report_cells) with the CI columns of every cell whose runs all have replicates replaced by the
+    exact seed-mean interval (``ci_source`` = ``paired replicates``), the bootstrap level, and how many cells were
+    replaced. ``label(row) -> model`` maps a runs.csv row to the model label the cells use (probe / sweep-variant
+    labels); ``other_t``: tables whose temperature is not the replicates' (their scaled metrics keep their CI)."""
     if cells is None or cells.empty:
         return cells, None, 0
     groups: dict[tuple[str, str, float], list[dict[str, Any]]] = {}
@@ -155,8 +156,7 @@ def exact_cell_ci(dirs: Iterable[Path], cells: pd.DataFrame, label=None) -> tupl
             continue
         changed = False
         for metric in (*_metrics(reps), DELTA):
-            if r["table"] == "indomain_propval" and metric in ("ece_scaled_fixed", "ece_scaled_adaptive", "nll_scaled",
-                                                               DELTA):
+            if r["table"] in other_t and metric in ("ece_scaled_fixed", "ece_scaled_adaptive", "nll_scaled", DELTA):
                 continue  # the replicates are after the full-validation T, not this table's
             ci = seed_mean_ci(reps, metric)
             if ci is None:

@@ -1,8 +1,7 @@
 """Label budget tables (PROTOCOL §6.14).
 
-* ``label_budget_accounting`` (from ``indomain_propval``): one row per dataset
-  (PCam, BRACS, CRC, MHIST, LungHist700, SPIDER-Breast, then other datasets in
-  order of first appearance) and fraction (ascending)::
+* ``label_budget_accounting`` (from ``indomain_propval``): one row per dataset (PCam, BRACS, CRC, MHIST,
+  LungHist700, SPIDER-Breast, then other datasets in order of first appearance) and fraction (ascending)::
 
       n_train            = int(mean n_train over the cell's runs)      (truncation)
       val_original       = int(mean n_val of the dataset at fraction 1.0)
@@ -34,7 +33,7 @@ import pandas as pd
 
 from prism_plugin.errors import PrismError
 from prism_plugin.hookspecs import hookimpl
-from prism_plugin.summaries.cri import DATASET_ORDER, fraction_mask, fractions_present, order_like
+from prism_plugin.summaries.conventions import DATASET_ORDER, fraction_mask, fractions_present, order_like
 from prism_plugin.tables import RunTables, SummaryOutput
 
 LABEL_BUDGET_COLUMNS = [
@@ -61,9 +60,8 @@ def _missing_full_val(propval: pd.DataFrame) -> list[Any]:
 def label_budget_accounting(indomain_propval: pd.DataFrame) -> pd.DataFrame:
     """``label_budget_accounting`` of §6.14 from the proportional-validation runs.
 
-    See the module docstring for the columns. Integer columns are int64;
-    ``val_share_original`` is float. Datasets without runs at fraction 1.0 are
-    left out (their full validation size is unknown).
+    See the module docstring for the columns. Integer columns are int64; ``val_share_original`` is float. Datasets
+    without runs at fraction 1.0 are left out (their full validation size is unknown).
     """
     missing = [c for c in ("dataset", "fraction", "n_train", "n_val") if c not in indomain_propval.columns]
     if missing:
@@ -118,8 +116,8 @@ def camelyon17_budget_row(fraction: float) -> dict[str, float | int]:
 def camelyon17_label_budget(
     hospitals: Iterable[int] = CAMELYON17_HOSPITALS, fractions: Iterable[float] = FRACTIONS
 ) -> pd.DataFrame:
-    """``camelyon17_label_budget`` of §6.14 (closed form) for the given hospitals
-    (rows in the given order) × fractions (ascending)."""
+    """``camelyon17_label_budget`` of §6.14 (closed form) for the given hospitals (rows in the given order) ×
+    fractions (ascending)."""
     fracs = sorted(float(f) for f in fractions)
     bad = [f for f in fracs if not (0.0 < f <= 1.0)]
     if bad:
@@ -135,8 +133,8 @@ def camelyon17_label_budget(
 
 
 def camelyon17_hospitals(tables: RunTables) -> list[Any]:
-    """Hospitals whose training labels the Camelyon17 tables used: in-distribution
-    ``hospital`` and transfer ``src``, sorted."""
+    """Hospitals whose training labels the Camelyon17 tables used: in-distribution ``hospital`` and transfer
+    ``src``, sorted."""
     found: set[Any] = set()
     if tables.camelyon17_indomain is not None and "hospital" in tables.camelyon17_indomain.columns:
         found.update(tables.camelyon17_indomain["hospital"].dropna().tolist())
@@ -171,9 +169,8 @@ def _closed_form_mismatch(tables: RunTables) -> list[str]:
 
 @hookimpl
 def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | None:
-    """``label_budget_accounting`` (needs ``indomain_propval``) and
-    ``camelyon17_label_budget`` (needs a Camelyon17 table, or the option
-    ``camelyon17_hospitals``, e.g. ``[0, 1, 2, 3, 4]``)."""
+    """``label_budget_accounting`` (needs ``indomain_propval``) and ``camelyon17_label_budget`` (needs a Camelyon17
+    table, or the option ``camelyon17_hospitals``, e.g. ``[0, 1, 2, 3, 4]``)."""
     options = options or {}
     explicit = options.get("camelyon17_hospitals")
     has_cam = tables.camelyon17_indomain is not None or tables.camelyon17_transfer is not None

@@ -1,13 +1,11 @@
 """Collapse (degeneracy) audit, PROTOCOL §6.13.
 
-``degeneracy_audit``: in-distribution runs grouped by (dataset, model,
-fraction), value = mean of the boolean ``degenerate`` (share of the cell's seeds
-whose probe put > 99 % of test predictions in one class), cells with share > 0
-kept, ``scope = "in-distribution"``; then transfer runs grouped by (pair, model,
-fraction) the same way, ``pair`` renamed ``dataset``, ``scope = "ood"``.
-In-distribution rows first; each part in sorted group-key order (pandas
-``groupby`` default: lexicographic dataset/pair, then model, then fraction).
-Columns: dataset, model, fraction, degenerate, scope; plain RangeIndex.
+``degeneracy_audit``: in-distribution runs grouped by (dataset, model, fraction), value = mean of the boolean
+``degenerate`` (share of the cell's seeds whose probe put > 99 % of test predictions in one class), cells with
+share > 0 kept, ``scope = "in-distribution"``; then transfer runs grouped by (pair, model, fraction) the same way,
+``pair`` renamed ``dataset``, ``scope = "ood"``. In-distribution rows first; each part in sorted group-key order
+(pandas ``groupby`` default: lexicographic dataset/pair, then model, then fraction). Columns: dataset, model,
+fraction, degenerate, scope; plain RangeIndex.
 """
 
 from __future__ import annotations

@@ -2,9 +2,8 @@
 
 Conventions (all exactly as in the protocol):
 
-* A *cell* is (model, dataset-or-pair, fraction); its value is the **seed mean**
-  (arithmetic mean over the cell's runs). Every aggregate first takes seed means
-  and then averages cells.
+* A *cell* is (model, dataset-or-pair, fraction); its value is the **seed mean** (arithmetic mean over the cell's
+  runs). Every aggregate first takes seed means and then averages cells.
 * Fractions are matched numerically (``|fraction - f| <= 1e-9``).
 * **OOD stability** (§6.1) of model m::
 
@@ -24,7 +23,7 @@ Conventions (all exactly as in the protocol):
   at f, 0, 1); s = stab(m) (always the 100 % value). Aggregations (registry
   :data:`AGGREGATIONS`): multiplicative a·(1−e)·s, arithmetic (a + (1−e) + s)/3,
   geometric (a·(1−e)·s)^(1/3), worst_axis min(a, 1−e, s).
-* Models are listed in the reference display order (:data:`MODEL_ORDER`), then
+* Models are listed in the reference display order (:data:`~.conventions.MODEL_ORDER`), then
   any other model in order of first appearance.
 * Tables indexed by ``model`` (``cri_variants_*``, ``cri_components``,
   ``camelyon17_cri_components``) carry ``model`` as a named index, to be written
@@ -43,18 +42,14 @@ from scipy import stats
 
 from prism_plugin.errors import PrismError, UnknownNameError, suggest
 from prism_plugin.hookspecs import hookimpl
+from prism_plugin.summaries.conventions import (
+    fraction_label, fraction_mask, fractions_present, model_order, require_columns,
+)
 from prism_plugin.tables import RunTables, SummaryOutput
 
-#: Reference display order of the eight PRISM models.
-MODEL_ORDER: tuple[str, ...] = (
-    "CLIP", "PLIP", "CONCH", "VIRCHOW2", "UNI", "GigaPath", "H-Optimus-0", "MIDNIGHT",
-)
-#: Reference order of the six main datasets.
-DATASET_ORDER: tuple[str, ...] = ("PCam", "BRACS", "CRC", "MHIST", "LungHist700", "SPIDER-Breast")
 
 #: Fraction at which OOD stability and the CRI components are defined.
 STABILITY_FRACTION = 1.0
-FRACTION_ATOL = 1e-9
 
 CRI_VARIANT_COLUMNS = [
     "auroc", "ece_scaled", "ood_stability",
@@ -68,46 +63,6 @@ CAMELYON_COMPONENT_COLUMNS = [
 ]
 
 
-# --------------------------------------------------------------------------- helpers
-def order_like(values: Iterable[Any], reference: Iterable[Any]) -> list[Any]:
-    """Distinct ``values``: those named in ``reference`` in reference order, then
-    the rest in order of first appearance."""
-    seen: list[Any] = []
-    for v in values:
-        if v not in seen:
-            seen.append(v)
-    ref = [r for r in reference if r in seen]
-    return ref + [v for v in seen if v not in ref]
-
-
-def model_order(models: Iterable[Any]) -> list[Any]:
-    """Models in the reference display order, then others by first appearance."""
-    return order_like(models, MODEL_ORDER)
-
-
-def fraction_mask(df: pd.DataFrame, fraction: float) -> pd.Series:
-    """Boolean mask of the rows of ``df`` whose ``fraction`` equals ``fraction``."""
-    return pd.Series(
-        np.isclose(df["fraction"].astype(float).to_numpy(), float(fraction), rtol=0.0, atol=FRACTION_ATOL),
-        index=df.index,
-    )
-
-
-def fraction_label(fraction: float) -> str:
-    """File-stem suffix of a fraction in percent: 0.01 -> ``1``, 0.1 -> ``10``, 1.0 -> ``100``."""
-    pct = round(float(fraction) * 100.0, 6)
-    return f"{pct:g}"
-
-
-def fractions_present(df: pd.DataFrame) -> list[float]:
-    """Distinct fractions of ``df``, ascending, with near-equal values merged."""
-    out: list[float] = []
-    for f in sorted(float(x) for x in pd.unique(df["fraction"].dropna())):
-        if not out or abs(f - out[-1]) > FRACTION_ATOL:
-            out.append(f)
-    return out
-
-
 def _source_key(indomain: pd.DataFrame) -> str:
     for key in ("dataset", "hospital"):
         if key in indomain.columns:
@@ -115,23 +70,17 @@ def _source_key(indomain: pd.DataFrame) -> str:
     raise PrismError("in-distribution table has neither a 'dataset' nor a 'hospital' column")
 
 
-def _require(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise PrismError(f"{what} table lacks column(s) {', '.join(missing)}")
-
-
 def _id_cell_means(indomain: pd.DataFrame, fraction: float, columns: list[str]) -> pd.DataFrame:
     """Seed means per (model, source) at ``fraction``; index (model, source)."""
     key = _source_key(indomain)
-    _require(indomain, ["model", key, "fraction", *columns], "in-distribution")
+    require_columns(indomain, ["model", key, "fraction", *columns], "in-distribution")
     rows = indomain.loc[fraction_mask(indomain, fraction)]
     return rows.groupby(["model", key], sort=False)[columns].mean()
 
 
 def _id_model_means(indomain: pd.DataFrame, fraction: float) -> pd.DataFrame:
-    """Per model: mean over its datasets/hospitals of seed-mean ``auroc`` and
-    seed-mean ``ece_scaled_fixed`` at ``fraction`` (the latter *not* clipped)."""
+    """Per model: mean over its datasets/hospitals of seed-mean ``auroc`` and seed-mean ``ece_scaled_fixed`` at
+    ``fraction`` (the latter *not* clipped)."""
     cells = _id_cell_means(indomain, fraction, ["auroc", "ece_scaled_fixed"])
     if cells.empty:
         return pd.DataFrame(columns=["auroc", "ece_scaled_fixed"], dtype=float)
@@ -143,14 +92,12 @@ def _id_model_means(indomain: pd.DataFrame, fraction: float) -> pd.DataFrame:
 def ood_pairs(indomain: pd.DataFrame, transfer: pd.DataFrame, *, fraction: float = STABILITY_FRACTION) -> pd.DataFrame:
     """Per (model, pair) at ``fraction``: the terms of §6.1 and §6.3.
 
-    Columns: model, pair, src, tgt, id_auroc (seed-mean in-distribution AUROC
-    of the source), ood_auroc (seed-mean target AUROC), drop = id_auroc −
-    ood_auroc, ratio = min(ood_auroc / id_auroc, 1). ``id_auroc``, ``drop`` and
-    ``ratio`` are NaN when the source has no in-distribution run at
-    ``fraction``. Rows: models in display order, pairs in order of first
-    appearance in ``transfer``.
+    Columns: model, pair, src, tgt, id_auroc (seed-mean in-distribution AUROC of the source), ood_auroc (seed-mean
+    target AUROC), drop = id_auroc − ood_auroc, ratio = min(ood_auroc / id_auroc, 1). ``id_auroc``, ``drop`` and
+    ``ratio`` are NaN when the source has no in-distribution run at ``fraction``. Rows: models in display order,
+    pairs in order of first appearance in ``transfer``.
     """
-    _require(transfer, ["model", "src", "tgt", "fraction", "auroc"], "transfer")
+    require_columns(transfer, ["model", "src", "tgt", "fraction", "auroc"], "transfer")
     t = transfer.loc[fraction_mask(transfer, fraction)].copy()
     if "pair" not in t.columns:
         t["pair"] = t["src"].astype(str) + "->" + t["tgt"].astype(str)
@@ -179,12 +126,10 @@ def ood_pairs(indomain: pd.DataFrame, transfer: pd.DataFrame, *, fraction: float
 def ood_stability(indomain: pd.DataFrame, transfer: pd.DataFrame, *, fraction: float = STABILITY_FRACTION) -> pd.Series:
     """OOD stability per model (§6.1): mean over pairs of min(A_ood/A_id(src), 1).
 
-    Works for the label-definition pairs (``indomain`` keyed by ``dataset``) and
-    for Camelyon17 (``camelyon17_indomain`` keyed by ``hospital``; ``src`` of
-    ``camelyon17_transfer`` names the hospital). Pairs without an
-    in-distribution AUROC for their source are left out; models with no usable
-    pair are absent from the result. Returns a float Series named
-    ``ood_stability`` indexed by ``model`` in display order.
+    Works for the label-definition pairs (``indomain`` keyed by ``dataset``) and for Camelyon17
+    (``camelyon17_indomain`` keyed by ``hospital``; ``src`` of ``camelyon17_transfer`` names the hospital). Pairs
+    without an in-distribution AUROC for their source are left out; models with no usable pair are absent from the
+    result. Returns a float Series named ``ood_stability`` indexed by ``model`` in display order.
     """
     pairs = ood_pairs(indomain, transfer, fraction=fraction)
     pairs = pairs.loc[pairs["ratio"].notna()]
@@ -240,16 +185,15 @@ def cri(a, e, s, aggregation: str = "multiplicative"):
 def rank_by_cri(df: pd.DataFrame, aggregation: str = "multiplicative") -> pd.DataFrame:
     """Rank the rows of a ``cri_variants`` table by one aggregation rule.
 
-    Uses column ``cri_<aggregation>`` if present, else computes it from
-    ``auroc``, ``ece_scaled`` and ``ood_stability``. Returns a copy sorted by
-    that CRI descending (stable: ties keep their order) with a ``rank`` column
-    (1 = best, ties share the smallest rank, NaN CRI last and unranked).
+    Uses column ``cri_<aggregation>`` if present, else computes it from ``auroc``, ``ece_scaled`` and
+    ``ood_stability``. Returns a copy sorted by that CRI descending (stable: ties keep their order) with a ``rank``
+    column (1 = best, ties share the smallest rank, NaN CRI last and unranked).
     """
     fn = get_aggregation(aggregation)
     col = f"cri_{aggregation}"
     out = df.copy()
     if col not in out.columns:
-        _require(out, ["auroc", "ece_scaled", "ood_stability"], "CRI")
+        require_columns(out, ["auroc", "ece_scaled", "ood_stability"], "CRI")
         out[col] = fn(out["auroc"], out["ece_scaled"].clip(0.0, 1.0), out["ood_stability"])
     out = out.sort_values(col, ascending=False, kind="stable", na_position="last")
     out["rank"] = out[col].rank(ascending=False, method="min")
@@ -266,13 +210,11 @@ def cri_variants(
 ) -> pd.DataFrame:
     """The ``cri_variants_<pct>`` table of §6.2 at ``fraction``.
 
-    Index ``model`` (display order; every model with in-distribution runs at
-    ``fraction``); columns ``auroc``, ``ece_scaled`` (clipped to [0, 1]),
-    ``ood_stability`` (``stability[model]``, NaN if absent) and
-    ``cri_multiplicative``, ``cri_arithmetic``, ``cri_geometric``,
-    ``cri_worst_axis``. When ``imputed`` flags at least one listed model, a
-    boolean column ``ood_stability_imputed`` is appended; otherwise the columns
-    are exactly the published ones.
+    Index ``model`` (display order; every model with in-distribution runs at ``fraction``); columns ``auroc``,
+    ``ece_scaled`` (clipped to [0, 1]), ``ood_stability`` (``stability[model]``, NaN if absent) and
+    ``cri_multiplicative``, ``cri_arithmetic``, ``cri_geometric``, ``cri_worst_axis``. When ``imputed`` flags at
+    least one listed model, a boolean column ``ood_stability_imputed`` is appended; otherwise the columns are
+    exactly the published ones.
     """
     means = _id_model_means(indomain, fraction)
     stab = pd.Series(stability, dtype=float) if not isinstance(stability, pd.Series) else stability.astype(float)
@@ -293,8 +235,8 @@ def cri_variants(
 def kendall_between_rules(variants: pd.DataFrame) -> pd.DataFrame:
     """Pairwise Kendall τ-b between the CRI columns of a ``cri_variants`` table.
 
-    Columns: rule_a, rule_b, kendall_tau (NaN when fewer than 2 models or a
-    column is constant). Models with a NaN CRI are left out.
+    Columns: rule_a, rule_b, kendall_tau (NaN when fewer than 2 models or a column is constant). Models with a NaN
+    CRI are left out.
     """
     cols = [f"cri_{n}" for n in AGGREGATIONS if f"cri_{n}" in variants.columns]
     rows = []
@@ -319,13 +261,11 @@ def resolve_ood_stability(
 ) -> pd.DataFrame:
     """Stability to use for each model, and where it came from.
 
-    Rules, in order: a user value in ``overrides`` (source ``user``, imputed;
-    it replaces a measured value too); the measured value (source
-    ``measured``); ``default`` (source ``default``); the mean of the measured
-    values of all models that have one (source ``mean``); otherwise NaN
-    (source ``none``). Returns a DataFrame indexed by ``model`` (display order)
-    with columns ``ood_stability``, ``imputed`` (bool) and ``source``.
-    Override and default values must be numbers in [0, 1].
+    Rules, in order: a user value in ``overrides`` (source ``user``, imputed; it replaces a measured value too);
+    the measured value (source ``measured``); ``default`` (source ``default``); the mean of the measured values of
+    all models that have one (source ``mean``); otherwise NaN (source ``none``). Returns a DataFrame indexed by
+    ``model`` (display order) with columns ``ood_stability``, ``imputed`` (bool) and ``source``. Override and
+    default values must be numbers in [0, 1].
     """
     models = model_order(models)
     overrides = dict(overrides or {})
@@ -379,12 +319,10 @@ def _component_frame(pairs: pd.DataFrame) -> pd.DataFrame:
 def cri_components(indomain: pd.DataFrame, transfer: pd.DataFrame, *, fraction: float = STABILITY_FRACTION) -> pd.DataFrame:
     """The ``cri_components`` table of §6.3 (label-definition pairs, fraction 1.0).
 
-    Per model with at least one usable pair (index ``model``, display order):
-    id_auroc_mean = mean over **all** its datasets of seed-mean AUROC;
-    ood_auroc_mean = mean over pairs of A_ood; drop_mean / drop_worst = mean /
-    max over pairs of A_id(src) − A_ood; ood_stability = §6.1; cri =
-    cri_multiplicative at this fraction (§6.2). Note id_auroc_mean −
-    ood_auroc_mean ≠ drop_mean (all-dataset mean vs source-only).
+    Per model with at least one usable pair (index ``model``, display order): id_auroc_mean = mean over **all** its
+    datasets of seed-mean AUROC; ood_auroc_mean = mean over pairs of A_ood; drop_mean / drop_worst = mean / max
+    over pairs of A_id(src) − A_ood; ood_stability = §6.1; cri = cri_multiplicative at this fraction (§6.2). Note
+    id_auroc_mean − ood_auroc_mean ≠ drop_mean (all-dataset mean vs source-only).
     """
     pairs = ood_pairs(indomain, transfer, fraction=fraction)
     comp = _component_frame(pairs)
@@ -403,9 +341,8 @@ def cri_components(indomain: pd.DataFrame, transfer: pd.DataFrame, *, fraction: 
 def cri_components_per_pair(
     indomain: pd.DataFrame, transfer: pd.DataFrame, *, fraction: float = STABILITY_FRACTION, decimals: int = 4
 ) -> pd.DataFrame:
-    """The ``cri_components_per_pair`` table of §6.3: columns model, pair,
-    id_auroc, ood_auroc, drop, rounded to ``decimals`` (4) places; models in
-    display order, pairs in order of first appearance; pairs whose source has no
+    """The ``cri_components_per_pair`` table of §6.3: columns model, pair, id_auroc, ood_auroc, drop, rounded to
+    ``decimals`` (4) places; models in display order, pairs in order of first appearance; pairs whose source has no
     in-distribution AUROC are left out. Plain RangeIndex."""
     pairs = ood_pairs(indomain, transfer, fraction=fraction)
     pairs = pairs.loc[pairs["ratio"].notna(), ["model", "pair", "id_auroc", "ood_auroc", "drop"]]
@@ -420,13 +357,11 @@ def camelyon17_cri_components(
 ) -> pd.DataFrame:
     """The ``camelyon17_cri_components`` table of §6.4.
 
-    Per model with at least one usable hospital pair (index ``model``, display
-    order): id_auroc = mean over hospitals of seed-mean in-distribution AUROC
-    at 1.0; ood_auroc = plain mean of **all** the model's transfer runs at 1.0
-    (pairs × seeds, not of seed means); drop_mean / drop_worst = mean / max
-    over pairs of A_id(src hospital) − A_ood(pair); ood_stability = §6.1 over
-    the hospital pairs; cri = id_auroc·(1−e)·ood_stability with e = clip(mean
-    over hospitals of seed-mean in-distribution ``ece_scaled_fixed``, 0, 1).
+    Per model with at least one usable hospital pair (index ``model``, display order): id_auroc = mean over
+    hospitals of seed-mean in-distribution AUROC at 1.0; ood_auroc = plain mean of **all** the model's transfer
+    runs at 1.0 (pairs × seeds, not of seed means); drop_mean / drop_worst = mean / max over pairs of A_id(src
+    hospital) − A_ood(pair); ood_stability = §6.1 over the hospital pairs; cri = id_auroc·(1−e)·ood_stability with
+    e = clip(mean over hospitals of seed-mean in-distribution ``ece_scaled_fixed``, 0, 1).
     """
     pairs = ood_pairs(camelyon17_indomain, camelyon17_transfer, fraction=fraction)
     comp = _component_frame(pairs)
@@ -563,11 +498,15 @@ def _check_balance(ind: pd.DataFrame, fraction: float, out: SummaryOutput) -> No
         )
 
 
+#: the leaderboard page reads the CRI tables (:func:`prism_plugin.summaries.engine.summary_plugins`)
+LEADERBOARD = True
+
+
 @hookimpl
 def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | None:
-    """CRI tables (§6.1-6.4): ``cri_variants_<pct>`` for every fraction present,
-    ``cri_components``, ``cri_components_per_pair``, ``camelyon17_cri_components``;
-    headline Kendall τ ranges between the four CRI rules."""
+    """CRI tables (§6.1-6.4): ``cri_variants_<pct>`` for every fraction present, ``cri_components``,
+    ``cri_components_per_pair``, ``camelyon17_cri_components``; headline Kendall τ ranges between the four CRI
+    rules."""
     options = options or {}
     ind, tr = tables.indomain, tables.transfer
     cam_id, cam_tr = tables.camelyon17_indomain, tables.camelyon17_transfer
@@ -597,8 +536,8 @@ def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | 
 
 
 __all__ = [
-    "AGGREGATIONS", "MODEL_ORDER", "DATASET_ORDER", "camelyon17_cri_components", "cri",
+    "AGGREGATIONS", "camelyon17_cri_components", "cri",
     "cri_components", "cri_components_per_pair", "cri_variants", "get_aggregation",
-    "kendall_between_rules", "model_order", "ood_pairs", "ood_stability", "rank_by_cri",
+    "kendall_between_rules", "ood_pairs", "ood_stability", "rank_by_cri",
     "resolve_ood_stability", "summarize",
 ]

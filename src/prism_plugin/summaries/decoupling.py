@@ -1,60 +1,47 @@
 """Decoupling of discrimination and calibration rankings (PROTOCOL §6.5-6.9).
 
-Every function reads the in-distribution per-run table (results_v2 schema:
-``model``, ``dataset``, ``fraction``, ``seed``, ``auroc``,
-``ece_scaled_fixed``) and follows these conventions exactly:
+Every function reads the in-distribution per-run table (results_v2 schema: ``model``, ``dataset``, ``fraction``,
+``seed``, ``auroc``, ``ece_scaled_fixed``) and follows these conventions exactly:
 
-* **Cell value** = seed mean (:func:`seed_means`): the correctly rounded sum
-  (``math.fsum``) of the runs of one (dataset, fraction, model) divided by
-  their number (NaN runs skipped). A cell whose mean AUROC or
-  mean ``ece_scaled_fixed`` is NaN is left out (with a note).
-* **Fractions** are compared after rounding to 9 decimals, so ``0.1`` and
-  ``0.1000000001`` are one fraction; they are processed in ascending order.
-* **Dataset order** (:func:`dataset_order`): PCam, BRACS, CRC, MHIST,
-  LungHist700, SPIDER-Breast for those names, then any other dataset in order
-  of first appearance. Where the protocol says *alphabetical* (the §6.6
-  contrast, the rows of §6.7) Python's ``sorted`` (code-point order) is used.
-* **Model order** = order of first appearance in the per-run table ("CSV
-  order"; alphabetical by key in the reference). It fixes which bootstrap index
-  means which model, so it matters for bit-reproducibility.
-* **Seed order** (§6.9) = order of first appearance in the per-run table
-  (42, 123, 456 in the reference).
-* **Ranks**: average ranks for ties (``scipy.stats.rankdata``). AUROC is
-  ranked descending (rank 1 = best discrimination), ``ece_scaled_fixed``
-  ascending (rank 1 = best calibration). Spearman ρ between AUROC and −ECE
+* **Cell value** = seed mean (:func:`seed_means`): the correctly rounded sum (``math.fsum``) of the runs of one
+  (dataset, fraction, model) divided by their number (NaN runs skipped). A cell whose mean AUROC or mean
+  ``ece_scaled_fixed`` is NaN is left out (with a note).
+* **Fractions** are compared after rounding to 9 decimals, so ``0.1`` and ``0.1000000001`` are one fraction; they
+  are processed in ascending order.
+* **Dataset order** (:func:`dataset_order`): PCam, BRACS, CRC, MHIST, LungHist700, SPIDER-Breast for those names,
+  then any other dataset in order of first appearance. Where the protocol says *alphabetical* (the §6.6 contrast,
+  the rows of §6.7) Python's ``sorted`` (code-point order) is used.
+* **Model order** = order of first appearance in the per-run table ("CSV order"; alphabetical by key in the
+  reference). It fixes which bootstrap index means which model, so it matters for bit-reproducibility.
+* **Seed order** (§6.9) = order of first appearance in the per-run table (42, 123, 456 in the reference).
+* **Ranks**: average ranks for ties (``scipy.stats.rankdata``). AUROC is ranked descending (rank 1 = best
+  discrimination), ``ece_scaled_fixed`` ascending (rank 1 = best calibration). Spearman ρ between AUROC and −ECE
   (§6.5) equals Spearman ρ between these two rank vectors.
-* **Spearman** is ``scipy.stats.spearmanr(x, y).statistic``;
-  :func:`spearman_rows` is a vectorised, bit-identical version (NaN for a
-  constant input, as scipy). **Kendall** is ``scipy.stats.kendalltau`` (τ-b).
-* **Percentile intervals**: ``numpy.percentile(values, [2.5, 97.5])`` (linear
-  interpolation) over the bootstrap values that are not NaN.
-* **Random numbers**: a fresh ``numpy.random.default_rng(seed)`` per quantity,
-  consumed in the exact order of the protocol. Batched draws
-  (``rng.integers(0, n, size=(B, n))``) are used only where they produce the
-  same stream as the protocol's one-call-per-iteration loop (NumPy's bit
-  generators buffer at the generator level, so splitting a run of equal-bound
-  integer draws into calls does not change the values); the tests check this
-  against the literal loops.
-* **"Not defined"**: a statistic that cannot be computed (fewer than 3 models,
-  fewer than 2 datasets, a fraction missing, a constant input) is NaN in its
-  table row, and a one-line note starting ``"not defined"`` says why; headline
-  values that cannot be computed are the string ``"not defined: <reason>"``.
+* **Spearman** is ``scipy.stats.spearmanr(x, y).statistic``; :func:`spearman_rows` is a vectorised, bit-identical
+  version (NaN for a constant input, as scipy). **Kendall** is ``scipy.stats.kendalltau`` (τ-b).
+* **Percentile intervals**: ``numpy.percentile(values, [2.5, 97.5])`` (linear interpolation) over the bootstrap
+  values that are not NaN.
+* **Random numbers**: a fresh ``numpy.random.default_rng(seed)`` per quantity, consumed in the exact order of the
+  protocol. Batched draws (``rng.integers(0, n, size=(B, n))``) are used only where they produce the same stream as
+  the protocol's one-call-per-iteration loop (NumPy's bit generators buffer at the generator level, so splitting a
+  run of equal-bound integer draws into calls does not change the values); the tests check this against the literal
+  loops.
+* **"Not defined"**: a statistic that cannot be computed (fewer than 3 models, fewer than 2 datasets, a fraction
+  missing, a constant input) is NaN in its table row, and a one-line note starting ``"not defined"`` says why;
+  headline values that cannot be computed are the string ``"not defined: <reason>"``.
 
-Public functions: :func:`cell_means`, :func:`within_dataset_ranks`,
-:func:`rank_correlations` (§6.5), :func:`pooled_rank_correlations` and
-:func:`pooled_contrast` (§6.6), :func:`wilcoxon_contrast` (§6.6),
-:func:`rank_diff_by_fraction` (§6.7), :func:`rank_heterogeneity` (§6.8),
-:func:`rank_correlations_seedlevel` and :func:`seedlevel_contrast` (§6.9),
-:func:`seedlevel_draws`, :func:`spearman_rows`, :func:`seed_means`,
-:func:`dataset_order`, :func:`fraction_pct`, :func:`decoupling_summary`. Tables
-that carry notes keep them in ``DataFrame.attrs["notes"]``.
+Here: :func:`rank_correlations` (§6.5), :func:`pooled_rank_correlations` and :func:`pooled_contrast` (§6.6),
+:func:`wilcoxon_contrast` (§6.6), :func:`rank_diff_by_fraction` (§6.7), :func:`rank_heterogeneity` (§6.8),
+:func:`decoupling_summary`; §6.9 is in :mod:`.decoupling_seeds`, the shared helpers
+(:func:`~.conventions.seed_means`, :func:`~.conventions.cell_means`, ...) in :mod:`.conventions`. Tables that carry
+notes keep them in ``DataFrame.attrs["notes"]``.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -62,206 +49,26 @@ from scipy import stats
 
 from prism_plugin.errors import PrismError
 from prism_plugin.hookspecs import hookimpl
+from prism_plugin.summaries.conventions import (
+    AUROC, CONTRAST_FRACTIONS, ECE, cell_means, contrast_fractions, dataset_order, eligible_datasets, fraction_pct,
+    kendall, normalise_fractions, not_defined, percentile_ci, spearman, spearman_rows, with_notes,
+    within_dataset_ranks,
+)
+from prism_plugin.summaries.decoupling_seeds import rank_correlations_seedlevel, seedlevel_contrast
 from prism_plugin.tables import RunTables, SummaryOutput
-
-#: Reference order of the six main datasets (§6.5).
-DATASET_ORDER: tuple[str, ...] = ("PCam", "BRACS", "CRC", "MHIST", "LungHist700", "SPIDER-Breast")
-AUROC = "auroc"
-ECE = "ece_scaled_fixed"
-#: Default fractions of the ρ(high) − ρ(low) contrasts (§6.6, §6.9).
-CONTRAST_FRACTIONS: tuple[float, float] = (0.01, 1.0)
-FRACTION_DECIMALS = 9
 
 N_BOOT_MODEL = 2000     # §6.5
 N_BOOT_CLUSTER = 5000   # §6.6
-N_BOOT_SEED = 2000      # §6.9
 
 RANK_CORRELATION_COLUMNS = ["dataset", "fraction", "n_models", "spearman", "kendall", "ci_lo", "ci_hi"]
-SEEDLEVEL_COLUMNS = ["fraction", "rho", "ci_lo", "ci_hi"]
 POOLED_COLUMNS = ["fraction", "n_datasets", "n_pairs", "rho", "ci_lo", "ci_hi"]
 HETEROGENEITY_COLUMNS = ["fraction", "n_datasets", "rho", "ci_lo", "ci_hi", "tau2", "i2", "q", "note"]
 
 
-# --------------------------------------------------------------------------- helpers
-def not_defined(reason: str) -> str:
-    """The headline value / note text used when a statistic cannot be computed."""
-    return f"not defined: {reason}"
-
-
-def first_appearance(values: Iterable[Any]) -> list[Any]:
-    """Distinct values in order of first appearance."""
-    return list(dict.fromkeys(values))
-
-
-def dataset_order(names: Iterable[Any]) -> list[Any]:
-    """Distinct dataset names: the reference datasets in §6.5 order, then others
-    in order of first appearance."""
-    seen = first_appearance(names)
-    head = [d for d in DATASET_ORDER if d in seen]
-    return head + [d for d in seen if d not in head]
-
-
-def fraction_pct(fraction: float) -> str:
-    """Headline-key suffix of a fraction: 0.01 -> ``"1pct"``, 1.0 -> ``"100pct"``."""
-    return f"{round(float(fraction) * 100.0, 6):g}pct"
-
-
-def normalise_fractions(values: Any) -> np.ndarray:
-    """Fractions as float64 rounded to 9 decimals (the grouping key)."""
-    return np.round(np.asarray(values, dtype=float), FRACTION_DECIMALS)
-
-
-def seed_means(df: pd.DataFrame, keys: Sequence[str], columns: Sequence[str], *, sort: bool = False) -> pd.DataFrame:
-    """Per group of ``keys``: the arithmetic mean of each of ``columns`` =
-    ``math.fsum`` of the group's non-NaN values (the correctly rounded sum)
-    divided by their number; NaN when none. Rows: groups in order of first
-    appearance (``sort=False``) or sorted by key; index = the keys.
-
-    The correctly rounded sum makes the mean independent of row order; it is
-    the convention under which the published derived tables are reproduced
-    bit for bit (a plain left-to-right or pandas sum differs in the last bit
-    for some cells)."""
-    keys = list(keys)
-    codes = df.groupby(keys, sort=sort).ngroup().to_numpy()
-    valid = codes >= 0  # rows with a NaN key belong to no group
-    n_groups = int(codes.max()) + 1 if valid.any() else 0
-    _, first = np.unique(codes[valid], return_index=True)
-    first_rows = df.loc[valid, keys].iloc[first]
-    index = pd.MultiIndex.from_frame(first_rows) if len(keys) > 1 else pd.Index(first_rows[keys[0]], name=keys[0])
-    order = np.argsort(codes, kind="stable")
-    order = order[valid[order]]
-    bounds = np.searchsorted(codes[order], np.arange(n_groups + 1))
-    out = {}
-    for col in columns:
-        x = df[col].to_numpy(dtype=float)[order]
-        vals = np.full(n_groups, np.nan)
-        for g in range(n_groups):
-            chunk = x[bounds[g]:bounds[g + 1]]
-            chunk = chunk[~np.isnan(chunk)]
-            if chunk.size:
-                vals[g] = math.fsum(chunk) / chunk.size
-        out[col] = vals
-    return pd.DataFrame(out, index=index)
-
-
-def _with_notes(df: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
-    df.attrs["notes"] = list(notes)
-    return df
-
-
-def _require(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise PrismError(f"{what} table lacks column(s) {', '.join(missing)}")
-
-
-def percentile_ci(values: np.ndarray) -> tuple[float, float]:
-    """2.5 / 97.5 percentiles (NumPy linear interpolation) of the non-NaN values;
-    (NaN, NaN) when none are left."""
-    v = np.asarray(values, dtype=float)
-    v = v[~np.isnan(v)]
-    if v.size == 0:
-        return float("nan"), float("nan")
-    lo, hi = np.percentile(v, [2.5, 97.5])
-    return float(lo), float(hi)
-
-
-def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Row-wise Spearman ρ of two (B, n) arrays, bit-identical to
-    ``scipy.stats.spearmanr(x[i], y[i]).statistic`` for every row.
-
-    Like scipy: average ranks, Pearson correlation of the ranks computed as in
-    ``numpy.corrcoef`` (centred cross products scaled by 1/(n−1), then
-    ``cov_xy / sd_y / sd_x``, clipped to [−1, 1]); NaN when n < 2, when a row
-    holds a NaN, or when either row is constant.
-    """
-    x = np.atleast_2d(np.asarray(x, dtype=float))
-    y = np.atleast_2d(np.asarray(y, dtype=float))
-    if x.shape != y.shape:
-        raise ValueError(f"spearman_rows: shapes {x.shape} and {y.shape} differ")
-    b, n = x.shape
-    out = np.full(b, np.nan)
-    if n < 2 or b == 0:
-        return out
-    bad = np.isnan(x).any(axis=1) | np.isnan(y).any(axis=1)
-    bad |= (x == x[:, :1]).all(axis=1) | (y == y[:, :1]).all(axis=1)
-    ok = ~bad
-    if not ok.any():
-        return out
-    rx = stats.rankdata(x[ok], axis=1)
-    ry = stats.rankdata(y[ok], axis=1)
-    rx -= rx.mean(axis=1, keepdims=True)
-    ry -= ry.mean(axis=1, keepdims=True)
-    scale = np.true_divide(1, n - 1)
-    cxy = np.einsum("ij,ij->i", rx, ry) * scale
-    cxx = np.einsum("ij,ij->i", rx, rx) * scale
-    cyy = np.einsum("ij,ij->i", ry, ry) * scale
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = cxy / np.sqrt(cyy) / np.sqrt(cxx)
-    out[ok] = np.clip(r, -1.0, 1.0)
-    return out
-
-
-def _spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """``scipy.stats.spearmanr(x, y).statistic`` without the constant-input warning."""
-    if len(x) < 2:
-        return float("nan")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(stats.spearmanr(x, y).statistic)
-
-
-def _kendall(x: Sequence[float], y: Sequence[float]) -> float:
-    if len(x) < 2:
-        return float("nan")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return float(stats.kendalltau(x, y).statistic)
-
-
-# --------------------------------------------------------------------------- cells
-def cell_means(indomain: pd.DataFrame) -> pd.DataFrame:
-    """Seed-mean AUROC and ``ece_scaled_fixed`` per (dataset, fraction, model).
-
-    Columns: dataset, fraction, model, auroc, ece_scaled_fixed. Rows: datasets
-    in :func:`dataset_order`, fractions ascending, models in CSV order. Cells
-    with a NaN mean are dropped; ``attrs["notes"]`` lists them.
-    """
-    _require(indomain, ["model", "dataset", "fraction", AUROC, ECE], "in-distribution")
-    df = indomain[["dataset", "fraction", "model", AUROC, ECE]].copy()
-    df["fraction"] = normalise_fractions(df["fraction"])
-    means = seed_means(df, ["dataset", "fraction", "model"], [AUROC, ECE]).reset_index()
-    notes = []
-    nan = means[AUROC].isna() | means[ECE].isna()
-    if nan.any():
-        dropped = ", ".join(f"{r.model}/{r.dataset}/{r.fraction:g}" for r in means.loc[nan].itertuples())
-        notes.append(f"decoupling: cells without a seed-mean AUROC or scaled ECE left out: {dropped}")
-        means = means.loc[~nan]
-    d_rank = {d: i for i, d in enumerate(dataset_order(indomain["dataset"]))}
-    m_rank = {m: i for i, m in enumerate(first_appearance(indomain["model"]))}
-    means = means.assign(_d=means["dataset"].map(d_rank), _m=means["model"].map(m_rank))
-    means = means.sort_values(["_d", "fraction", "_m"], kind="stable").drop(columns=["_d", "_m"])
-    return _with_notes(means.reset_index(drop=True), notes)
-
-
-def within_dataset_ranks(cells: pd.DataFrame) -> pd.DataFrame:
-    """Within each (dataset, fraction): rank_auroc = average rank of seed-mean
-    AUROC **descending**, rank_cal = average rank of seed-mean
-    ``ece_scaled_fixed`` **ascending** (§6.6). Same row order as ``cells``."""
-    out = cells.copy()
-    out["rank_auroc"] = np.nan
-    out["rank_cal"] = np.nan
-    for _, idx in out.groupby(["dataset", "fraction"], sort=False).groups.items():
-        out.loc[idx, "rank_auroc"] = stats.rankdata(-out.loc[idx, AUROC].to_numpy(dtype=float))
-        out.loc[idx, "rank_cal"] = stats.rankdata(out.loc[idx, ECE].to_numpy(dtype=float))
-    return out
-
-
 # --------------------------------------------------------------------------- §6.5
 def _model_bootstrap(a: np.ndarray, e: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
-    """§6.5 bootstrap values: ``default_rng(seed)``; ``n_boot`` draws of
-    ``integers(0, n, n)``; a draw whose AUROC* has < 3 distinct values is
-    skipped; ρ = Spearman(AUROC*, −ECE*); NaN values dropped."""
+    """§6.5 bootstrap values: ``default_rng(seed)``; ``n_boot`` draws of ``integers(0, n, n)``; a draw whose AUROC*
+    has < 3 distinct values is skipped; ρ = Spearman(AUROC*, −ECE*); NaN values dropped."""
     n = len(a)
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(n_boot, n))  # == n_boot calls of integers(0, n, n)
@@ -275,20 +82,16 @@ def _model_bootstrap(a: np.ndarray, e: np.ndarray, n_boot: int, seed: int) -> np
 
 
 def rank_correlations(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_MODEL, seed: int = 0) -> pd.DataFrame:
-    """``rank_correlations`` (§6.5): per dataset × fraction, Spearman ρ and
-    Kendall τ-b between seed-mean AUROC and −``ece_scaled_fixed`` across models
-    (CSV order), with a model-bootstrap percentile CI.
+    """``rank_correlations`` (§6.5): per dataset × fraction, Spearman ρ and Kendall τ-b between seed-mean AUROC and
+    −``ece_scaled_fixed`` across models (CSV order), with a model-bootstrap percentile CI.
 
-    Bootstrap: a fresh ``default_rng(seed)`` (0) for every (dataset, fraction);
-    ``n_boot`` (2,000) iterations, each ``rng.integers(0, n_models, n_models)``
-    model indices with replacement; a draw whose resampled AUROC vector has
-    fewer than 3 distinct values is skipped (the draw still consumes the RNG);
-    Spearman(AUROC*, −ECE*); NaN dropped; ci_lo / ci_hi = 2.5 / 97.5
-    percentiles.
+    Bootstrap: a fresh ``default_rng(seed)`` (0) for every (dataset, fraction); ``n_boot`` (2,000) iterations, each
+    ``rng.integers(0, n_models, n_models)`` model indices with replacement; a draw whose resampled AUROC vector has
+    fewer than 3 distinct values is skipped (the draw still consumes the RNG); Spearman(AUROC*, −ECE*); NaN
+    dropped; ci_lo / ci_hi = 2.5 / 97.5 percentiles.
 
-    Columns: dataset, fraction, n_models, spearman, kendall, ci_lo, ci_hi.
-    Rows: datasets in :func:`dataset_order`, fractions ascending. With fewer
-    than 3 models every statistic of the row is NaN ("not defined").
+    Columns: dataset, fraction, n_models, spearman, kendall, ci_lo, ci_hi. Rows: datasets in :func:`dataset_order`,
+    fractions ascending. With fewer than 3 models every statistic of the row is NaN ("not defined").
     """
     cells = cell_means(indomain)
     notes = list(cells.attrs.get("notes", []))
@@ -304,8 +107,8 @@ def rank_correlations(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_MODEL, see
             notes.append(f"{where}: {not_defined(f'{n} model(s), a rank correlation needs at least 3')}")
             rows.append(row)
             continue
-        row["spearman"] = _spearman(a, -e)
-        row["kendall"] = _kendall(a, -e)
+        row["spearman"] = spearman(a, -e)
+        row["kendall"] = kendall(a, -e)
         if math.isnan(row["spearman"]):
             notes.append(f"{where}: {not_defined('AUROC or scaled ECE is constant across models')}")
         boot = _model_bootstrap(a, e, n_boot, seed)
@@ -315,7 +118,7 @@ def rank_correlations(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_MODEL, see
         rows.append(row)
     out = pd.DataFrame(rows, columns=RANK_CORRELATION_COLUMNS)
     out["n_models"] = out["n_models"].astype(int)
-    return _with_notes(out, notes)
+    return with_notes(out, notes)
 
 
 # --------------------------------------------------------------------------- §6.6
@@ -335,7 +138,7 @@ def _pooled_rho(blocks: Sequence[tuple[np.ndarray, np.ndarray]]) -> float:
         return float("nan")
     ra = np.concatenate([b[0] for b in blocks])
     rc = np.concatenate([b[1] for b in blocks])
-    return _spearman(ra, rc)
+    return spearman(ra, rc)
 
 
 def _cluster_rhos(blocks: Sequence[tuple[np.ndarray, np.ndarray]], draws: np.ndarray) -> np.ndarray:
@@ -349,30 +152,15 @@ def _cluster_rhos(blocks: Sequence[tuple[np.ndarray, np.ndarray]], draws: np.nda
     return np.array([_pooled_rho([blocks[j] for j in row]) for row in draws], dtype=float)
 
 
-def _eligible_datasets(ranks: pd.DataFrame, fraction: float, notes: list[str] | None = None) -> list[str]:
-    """Datasets with at least 2 ranked models at ``fraction`` (dataset order)."""
-    at = ranks.loc[ranks["fraction"] == fraction]
-    counts = at.groupby("dataset", sort=False).size()
-    keep = [d for d in dataset_order(at["dataset"]) if counts.get(d, 0) >= 2]
-    dropped = [d for d in dataset_order(at["dataset"]) if d not in keep]
-    if dropped and notes is not None:
-        notes.append(f"pooled decoupling at fraction {fraction:g}: datasets with fewer than 2 models left out: "
-                     + ", ".join(map(str, dropped)))
-    return keep
-
-
 def pooled_rank_correlations(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_CLUSTER, seed: int = 0) -> pd.DataFrame:
     """Pooled decoupling ρ with a dataset-cluster bootstrap, per fraction (§6.6).
 
-    Within each dataset the seed-mean AUROCs are ranked descending and the
-    seed-mean ``ece_scaled_fixed`` ascending (average ranks); the (rank_auroc,
-    rank_cal) pairs of all datasets (≥ 2 models each) are pooled and ρ =
-    Spearman over the pool. CI: a fresh ``default_rng(seed)`` (0) per fraction;
-    ``n_boot`` (5,000) iterations, each ``rng.choice(datasets, k)`` with
-    replacement from the k datasets in :func:`dataset_order`; the drawn
-    datasets' rank pairs are stacked (a dataset drawn twice appears twice) and
-    Spearman taken; 2.5 / 97.5 percentiles. Not saved as a CSV by the hook; its
-    numbers go to the headline.
+    Within each dataset the seed-mean AUROCs are ranked descending and the seed-mean ``ece_scaled_fixed`` ascending
+    (average ranks); the (rank_auroc, rank_cal) pairs of all datasets (≥ 2 models each) are pooled and ρ = Spearman
+    over the pool. CI: a fresh ``default_rng(seed)`` (0) per fraction; ``n_boot`` (5,000) iterations, each
+    ``rng.choice(datasets, k)`` with replacement from the k datasets in :func:`dataset_order`; the drawn datasets'
+    rank pairs are stacked (a dataset drawn twice appears twice) and Spearman taken; 2.5 / 97.5 percentiles. Not
+    saved as a CSV by the hook; its numbers go to the headline.
 
     Columns: fraction, n_datasets, n_pairs, rho, ci_lo, ci_hi.
     """
@@ -380,7 +168,7 @@ def pooled_rank_correlations(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_CLU
     notes = list(ranks.attrs.get("notes", []))
     rows = []
     for fraction in sorted(ranks["fraction"].unique()):
-        datasets = _eligible_datasets(ranks, fraction, notes)
+        datasets = eligible_datasets(ranks, fraction, notes)
         blocks = _rank_blocks(ranks, fraction, datasets)
         k = len(blocks)
         n_pairs = int(sum(len(b[0]) for b in blocks))
@@ -397,19 +185,7 @@ def pooled_rank_correlations(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_CLU
             lo, hi = percentile_ci(_cluster_rhos(blocks, draws))
         rows.append({"fraction": float(fraction), "n_datasets": k, "n_pairs": n_pairs,
                      "rho": rho, "ci_lo": lo, "ci_hi": hi})
-    return _with_notes(pd.DataFrame(rows, columns=POOLED_COLUMNS), notes)
-
-
-def _contrast_fractions(present: Iterable[float], fractions: Sequence[float]) -> tuple[float, float] | str:
-    """(low, high) normalised, or a reason why the contrast is not defined."""
-    lo, hi = (float(normalise_fractions(f)) for f in fractions)
-    have = set(float(f) for f in present)
-    missing = [f for f in (lo, hi) if f not in have]
-    if missing:
-        return f"fraction(s) {', '.join(f'{f:g}' for f in missing)} not in the in-distribution table"
-    if lo == hi:
-        return "the two contrast fractions are equal"
-    return lo, hi
+    return with_notes(pd.DataFrame(rows, columns=POOLED_COLUMNS), notes)
 
 
 def pooled_contrast(
@@ -421,21 +197,19 @@ def pooled_contrast(
 ) -> dict[str, Any]:
     """Contrast pooled ρ(high) − pooled ρ(low) with a shared cluster bootstrap (§6.6).
 
-    ``fractions`` = (low, high), default (0.01, 1.0). Datasets: those with ≥ 2
-    models at both fractions, in **alphabetical** order. Observed difference =
-    pooled ρ(high) − pooled ρ(low) over those datasets. CI: ``default_rng(seed)``
-    (1); ``n_boot`` (5,000) iterations, each ``rng.choice(datasets, k)``; the
-    same drawn datasets are pooled at both fractions and the difference of the
-    two Spearman ρ's kept; 2.5 / 97.5 percentiles of the (non-NaN)
-    differences. Returns ``{"rho_low", "rho_high", "delta", "ci_lo", "ci_hi",
-    "n_datasets", "fractions"}``, or ``{"not_defined": reason}``.
+    ``fractions`` = (low, high), default (0.01, 1.0). Datasets: those with ≥ 2 models at both fractions, in
+    **alphabetical** order. Observed difference = pooled ρ(high) − pooled ρ(low) over those datasets. CI:
+    ``default_rng(seed)`` (1); ``n_boot`` (5,000) iterations, each ``rng.choice(datasets, k)``; the same drawn
+    datasets are pooled at both fractions and the difference of the two Spearman ρ's kept; 2.5 / 97.5 percentiles
+    of the (non-NaN) differences. Returns ``{"rho_low", "rho_high", "delta", "ci_lo", "ci_hi", "n_datasets",
+    "fractions"}``, or ``{"not_defined": reason}``.
     """
     ranks = within_dataset_ranks(cell_means(indomain))
-    pair = _contrast_fractions(ranks["fraction"].unique(), fractions)
+    pair = contrast_fractions(ranks["fraction"].unique(), fractions)
     if isinstance(pair, str):
         return {"not_defined": pair}
     lo_f, hi_f = pair
-    common = set(_eligible_datasets(ranks, lo_f)) & set(_eligible_datasets(ranks, hi_f))
+    common = set(eligible_datasets(ranks, lo_f)) & set(eligible_datasets(ranks, hi_f))
     datasets = sorted(common)
     k = len(datasets)
     if k < 2:
@@ -454,14 +228,13 @@ def pooled_contrast(
 def wilcoxon_contrast(rank_corr: pd.DataFrame, *, fractions: Sequence[float] = CONTRAST_FRACTIONS) -> dict[str, Any]:
     """Wilcoxon signed-rank test of the per-dataset §6.5 ρ at high vs low (§6.6).
 
-    ``scipy.stats.wilcoxon(rho_high, rho_low)`` with scipy's defaults (two-sided,
-    zero_method "wilcox", exact distribution for small samples without ties)
-    over the datasets with a defined ρ at both fractions. Returns ``{"W",
-    "p", "n_datasets"}`` or ``{"not_defined": reason}``.
+    ``scipy.stats.wilcoxon(rho_high, rho_low)`` with scipy's defaults (two-sided, zero_method "wilcox", exact
+    distribution for small samples without ties) over the datasets with a defined ρ at both fractions. Returns
+    ``{"W", "p", "n_datasets"}`` or ``{"not_defined": reason}``.
     """
     rc = rank_corr.copy()
     rc["fraction"] = normalise_fractions(rc["fraction"])
-    pair = _contrast_fractions(rc["fraction"].unique(), fractions)
+    pair = contrast_fractions(rc["fraction"].unique(), fractions)
     if isinstance(pair, str):
         return {"not_defined": pair}
     lo_f, hi_f = pair
@@ -485,12 +258,11 @@ def wilcoxon_contrast(rank_corr: pd.DataFrame, *, fractions: Sequence[float] = C
 
 # --------------------------------------------------------------------------- §6.7
 def rank_diff_by_fraction(indomain: pd.DataFrame) -> pd.DataFrame:
-    """``rank_diff_by_fraction`` (§6.7): mean over models of |rank_auroc −
-    rank_cal| (the §6.6 within-dataset ranks) per (dataset, fraction).
+    """``rank_diff_by_fraction`` (§6.7): mean over models of |rank_auroc − rank_cal| (the §6.6 within-dataset
+    ranks) per (dataset, fraction).
 
-    One row per dataset in **alphabetical** order, first column ``dataset``,
-    then one column per fraction ascending, named ``str(fraction)`` ("0.01",
-    "0.05", "0.1", …, "1.0"); NaN where a dataset lacks the fraction.
+    One row per dataset in **alphabetical** order, first column ``dataset``, then one column per fraction
+    ascending, named ``str(fraction)`` ("0.01", "0.05", "0.1", …, "1.0"); NaN where a dataset lacks the fraction.
     """
     ranks = within_dataset_ranks(cell_means(indomain))
     notes = list(ranks.attrs.get("notes", []))
@@ -506,22 +278,19 @@ def rank_diff_by_fraction(indomain: pd.DataFrame) -> pd.DataFrame:
     if missing:
         notes.append("rank_diff_by_fraction: " + not_defined(
             "no cells for " + ", ".join(f"{d} at {f:g}" for d, f in missing)))
-    return _with_notes(out, notes)
+    return with_notes(out, notes)
 
 
 # --------------------------------------------------------------------------- §6.8
 def rank_heterogeneity(rank_corr: pd.DataFrame, *, clip: float = 0.999) -> pd.DataFrame:
     """DerSimonian–Laird random-effects pooling of the per-dataset §6.5 ρ (§6.8).
 
-    Per fraction, over the datasets with a defined ρ and n_models > 3:
-    z_i = atanh(clip(ρ_i, −0.999, 0.999)); v_i = 1/(n_models_i − 3);
-    w_i = 1/v_i; μ_FE = Σwz/Σw; Q = Σw(z − μ_FE)²; df = k − 1;
-    C = Σw − Σw²/Σw; τ² = max(0, (Q − df)/C); w*_i = 1/(v_i + τ²);
-    μ = Σw*z/Σw*; se = √(1/Σw*); rho = tanh(μ), ci_lo/ci_hi = tanh(μ ∓ 1.96 se);
-    i2 = max(0, (Q − df)/Q)·100 (0 when Q = 0). Needs k ≥ 2.
+    Per fraction, over the datasets with a defined ρ and n_models > 3: z_i = atanh(clip(ρ_i, −0.999, 0.999)); v_i =
+    1/(n_models_i − 3); w_i = 1/v_i; μ_FE = Σwz/Σw; Q = Σw(z − μ_FE)²; df = k − 1; C = Σw − Σw²/Σw; τ² = max(0, (Q
+    − df)/C); w*_i = 1/(v_i + τ²); μ = Σw*z/Σw*; se = √(1/Σw*); rho = tanh(μ), ci_lo/ci_hi = tanh(μ ∓ 1.96 se); i2
+    = max(0, (Q − df)/Q)·100 (0 when Q = 0). Needs k ≥ 2.
 
-    Columns: fraction, n_datasets, rho, ci_lo, ci_hi, tau2, i2, q, note
-    (empty, or "not defined: …").
+    Columns: fraction, n_datasets, rho, ci_lo, ci_hi, tau2, i2, q, note (empty, or "not defined: …").
     """
     rc = rank_corr.copy()
     rc["fraction"] = normalise_fractions(rc["fraction"])
@@ -553,192 +322,6 @@ def rank_heterogeneity(rank_corr: pd.DataFrame, *, clip: float = 0.999) -> pd.Da
     return pd.DataFrame(rows, columns=HETEROGENEITY_COLUMNS)
 
 
-# --------------------------------------------------------------------------- §6.9
-class _SeedGrid:
-    """Per-run AUROC / ECE at one fraction as arrays, for the §6.9 bootstrap."""
-
-    def __init__(self, indomain: pd.DataFrame, fraction: float, datasets: Sequence[str],
-                 models: Sequence[str], seeds: Sequence[Any]):
-        at = indomain.loc[normalise_fractions(indomain["fraction"]) == fraction]
-        runs = at.groupby(["dataset", "model", "seed"], sort=False)[[AUROC, ECE]].mean()
-        self.datasets = list(datasets)
-        self.models = {d: [m for m in models if any((d, m, s) in runs.index for s in seeds)] for d in datasets}
-        self.seeds = list(seeds)
-        self.missing: list[str] = []
-        self.auroc: list[np.ndarray] = []
-        self.ece: list[np.ndarray] = []
-        for d in self.datasets:
-            a = np.full((len(self.models[d]), len(self.seeds)), np.nan)
-            e = np.full_like(a, np.nan)
-            for i, m in enumerate(self.models[d]):
-                for j, s in enumerate(self.seeds):
-                    if (d, m, s) in runs.index:
-                        a[i, j], e[i, j] = runs.loc[(d, m, s)]
-                    else:
-                        self.missing.append(f"{m}/{d}/seed {s}")
-            self.auroc.append(a)
-            self.ece.append(e)
-        self.offsets = np.cumsum([0] + [len(self.models[d]) for d in self.datasets])
-
-    @property
-    def n_draws(self) -> int:
-        return int(self.offsets[-1])
-
-    def pooled(self, ds_idx: np.ndarray, seed_idx: np.ndarray) -> np.ndarray:
-        """Bootstrap ρ for draws ``ds_idx`` (B, k) and ``seed_idx`` (B, Σ models)."""
-        sizes = {len(self.models[d]) for d in self.datasets}
-        b = ds_idx.shape[0]
-        if len(sizes) == 1:
-            n = sizes.pop()
-            k = len(self.datasets)
-            a = np.stack(self.auroc)  # (k, n, S)
-            e = np.stack(self.ece)
-            s = seed_idx.reshape(b, k, n)
-            dd = np.arange(k)[None, :, None]
-            mm = np.arange(n)[None, None, :]
-            sel_a = a[dd, mm, s]  # (B, k, n): every dataset's chosen run
-            sel_e = e[dd, mm, s]
-            rows = np.arange(b)[:, None]
-            dra = sel_a[rows, ds_idx]  # (B, k, n): the drawn datasets
-            dre = sel_e[rows, ds_idx]
-            ra = stats.rankdata(-dra, axis=2).reshape(b, -1)
-            rc = stats.rankdata(dre, axis=2).reshape(b, -1)
-            return spearman_rows(ra, rc)
-        out = np.empty(b)
-        for i in range(b):
-            ra, rc = [], []
-            for j in ds_idx[i]:
-                d = self.datasets[j]
-                cols = seed_idx[i, self.offsets[j]:self.offsets[j + 1]]
-                rr = np.arange(len(self.models[d]))
-                ra.append(stats.rankdata(-self.auroc[j][rr, cols]))
-                rc.append(stats.rankdata(self.ece[j][rr, cols]))
-            out[i] = _spearman(np.concatenate(ra), np.concatenate(rc))
-        return out
-
-
-def seedlevel_draws(rng: np.random.Generator, n_datasets: int, n_seed_draws: int, n_seeds: int,
-                    n_boot: int) -> tuple[np.ndarray, np.ndarray]:
-    """The §6.9 draws, in the protocol's RNG order: per iteration (1)
-    ``rng.choice(datasets, n_datasets)`` then (2) ``n_seed_draws`` single
-    ``rng.choice(seeds)`` calls (datasets outer, models inner). Returned as
-    indices: (n_boot, n_datasets) and (n_boot, n_seed_draws)."""
-    ds_idx = np.empty((n_boot, n_datasets), dtype=np.int64)
-    seed_idx = np.empty((n_boot, n_seed_draws), dtype=np.int64)
-    for i in range(n_boot):
-        ds_idx[i] = rng.integers(0, n_datasets, n_datasets)
-        seed_idx[i] = rng.integers(0, n_seeds, n_seed_draws)
-    return ds_idx, seed_idx
-
-
-def _seed_grid_or_reason(indomain: pd.DataFrame, fraction: float, datasets: Sequence[str]) -> _SeedGrid | str:
-    if "seed" not in indomain.columns:
-        return "the in-distribution table has no 'seed' column"
-    models = first_appearance(indomain["model"])
-    seeds = first_appearance(indomain["seed"])
-    if len(datasets) < 2:
-        return f"{len(datasets)} dataset(s); the dataset bootstrap needs at least 2"
-    grid = _SeedGrid(indomain, fraction, datasets, models, seeds)
-    if grid.missing:
-        shown = ", ".join(grid.missing[:5]) + (" …" if len(grid.missing) > 5 else "")
-        return f"runs missing from the model × seed grid ({shown})"
-    bad = [d for d in grid.datasets if len(grid.models[d]) < 2]
-    if bad:
-        return f"fewer than 2 models in {', '.join(map(str, bad))}"
-    if any(np.isnan(a).any() or np.isnan(e).any() for a, e in zip(grid.auroc, grid.ece)):
-        return "a run has a NaN AUROC or scaled ECE"
-    return grid
-
-
-def rank_correlations_seedlevel(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_SEED, seed: int = 0) -> pd.DataFrame:
-    """``rank_correlations_seedlevel`` (§6.9): seed-level dataset bootstrap per fraction.
-
-    A fresh ``default_rng(seed)`` (0) per fraction; ``n_boot`` (2,000)
-    iterations; per iteration, in this RNG order: (1) ``rng.choice(datasets,
-    k)`` with the k datasets of the fraction in :func:`dataset_order`; (2) for
-    every dataset of the *full* list and every model in CSV order, one
-    ``rng.choice(seeds)`` (seeds in order of first appearance); (3) for each
-    drawn dataset, the run with the chosen seed per model; AUROC ranked
-    descending and ``ece_scaled_fixed`` ascending within the dataset; pooled;
-    Spearman. **rho = mean of the bootstrap ρ's** (not a point estimate);
-    ci_lo / ci_hi = 2.5 / 97.5 percentiles; NaN ρ's are dropped.
-    Needs at least 2 datasets, at least 2 models per dataset and every
-    (dataset, model, seed) run of the fraction; otherwise the row is NaN
-    ("not defined", with a note).
-
-    Columns: fraction, rho, ci_lo, ci_hi.
-    """
-    cells = cell_means(indomain)
-    notes = list(cells.attrs.get("notes", []))
-    rows = []
-    for fraction in sorted(cells["fraction"].unique()):
-        datasets = dataset_order(cells.loc[cells["fraction"] == fraction, "dataset"])
-        grid = _seed_grid_or_reason(indomain, fraction, datasets)
-        row = {"fraction": float(fraction), "rho": np.nan, "ci_lo": np.nan, "ci_hi": np.nan}
-        if isinstance(grid, str):
-            notes.append(f"rank_correlations_seedlevel at fraction {fraction:g}: {not_defined(grid)}")
-            rows.append(row)
-            continue
-        rng = np.random.default_rng(seed)
-        ds_idx, seed_idx = seedlevel_draws(rng, len(grid.datasets), grid.n_draws, len(grid.seeds), n_boot)
-        rho = grid.pooled(ds_idx, seed_idx)
-        rho = rho[~np.isnan(rho)]
-        if rho.size == 0:
-            notes.append(f"rank_correlations_seedlevel at fraction {fraction:g}: "
-                         + not_defined("every bootstrap rho was NaN"))
-        else:
-            row["rho"] = float(np.mean(rho))
-            row["ci_lo"], row["ci_hi"] = percentile_ci(rho)
-        rows.append(row)
-    return _with_notes(pd.DataFrame(rows, columns=SEEDLEVEL_COLUMNS), notes)
-
-
-def seedlevel_contrast(
-    indomain: pd.DataFrame,
-    *,
-    fractions: Sequence[float] = CONTRAST_FRACTIONS,
-    n_boot: int = N_BOOT_SEED,
-    seed: int = 1,
-) -> dict[str, Any]:
-    """Seed-level contrast ρ(high) − ρ(low) (§6.9; README's Δρ = 0.62 [0.08, 1.13]).
-
-    ``default_rng(seed)`` (1); ``n_boot`` (2,000) iterations; one (datasets,
-    seeds) draw per iteration, in the §6.9 RNG order, shared by both fractions
-    (datasets measured at both, in :func:`dataset_order`; models per dataset =
-    those measured at both, CSV order). Reported ``delta`` = **mean of the
-    differences**; ci = 2.5 / 97.5 percentiles. Returns ``{"delta", "ci_lo",
-    "ci_hi", "n_datasets", "fractions"}`` or ``{"not_defined": reason}``.
-    """
-    cells = cell_means(indomain)
-    pair = _contrast_fractions(cells["fraction"].unique(), fractions)
-    if isinstance(pair, str):
-        return {"not_defined": pair}
-    lo_f, hi_f = pair
-    at_lo = cells.loc[cells["fraction"] == lo_f]
-    at_hi = cells.loc[cells["fraction"] == hi_f]
-    datasets = [d for d in dataset_order(cells["dataset"])
-                if d in set(at_lo["dataset"]) and d in set(at_hi["dataset"])]
-    if not datasets:
-        return {"not_defined": "no dataset is measured at both fractions"}
-    both = indomain.loc[indomain["model"].isin(set(at_lo["model"]) & set(at_hi["model"]))]
-    g_lo = _seed_grid_or_reason(both, lo_f, datasets)
-    g_hi = _seed_grid_or_reason(both, hi_f, datasets)
-    for g in (g_lo, g_hi):
-        if isinstance(g, str):
-            return {"not_defined": g}
-    if g_lo.models != g_hi.models or g_lo.seeds != g_hi.seeds:
-        return {"not_defined": "the model or seed grids differ between the two fractions"}
-    rng = np.random.default_rng(seed)
-    ds_idx, seed_idx = seedlevel_draws(rng, len(datasets), g_lo.n_draws, len(g_lo.seeds), n_boot)
-    diffs = g_hi.pooled(ds_idx, seed_idx) - g_lo.pooled(ds_idx, seed_idx)
-    diffs = diffs[~np.isnan(diffs)]
-    if diffs.size == 0:
-        return {"not_defined": "every bootstrap difference was NaN"}
-    lo, hi = percentile_ci(diffs)
-    return {"delta": float(np.mean(diffs)), "ci_lo": lo, "ci_hi": hi, "n_datasets": len(datasets),
-            "fractions": (lo_f, hi_f)}
-
-
 # --------------------------------------------------------------------------- hook
 def _contrast_option(options: Mapping[str, Any]) -> tuple[float, float]:
     value = options.get("contrast_fractions", CONTRAST_FRACTIONS) if options else CONTRAST_FRACTIONS
@@ -761,25 +344,20 @@ def _headline_contrast(headline: dict[str, Any], notes: list[str], prefix: str, 
 
 
 def decoupling_summary(tables: RunTables, options: Mapping[str, Any] | None = None) -> SummaryOutput | None:
-    """All of §6.5-6.9 from ``tables.indomain``: tables ``rank_correlations``,
-    ``rank_correlations_seedlevel``, ``rank_diff_by_fraction``,
-    ``rank_correlation_heterogeneity`` and the headline numbers (pooled ρ and
-    cluster CI per fraction, the pooled contrast, Wilcoxon W/p, I² / τ² /
-    random-effects ρ per fraction, seed-level ρ per fraction and contrast).
-    ``None`` when there is no in-distribution table.
+    """All of §6.5-6.9 from ``tables.indomain``: tables ``rank_correlations``, ``rank_correlations_seedlevel``,
+    ``rank_diff_by_fraction``, ``rank_correlation_heterogeneity`` and the headline numbers (pooled ρ and cluster CI
+    per fraction, the pooled contrast, Wilcoxon W/p, I² / τ² / random-effects ρ per fraction, seed-level ρ per
+    fraction and contrast). ``None`` when there is no in-distribution table.
 
-    Headline keys (``<pct>`` = :func:`fraction_pct`, e.g. ``1pct``):
-    ``decoupling_pooled_rho_<pct>`` (+ ``_ci_lo`` / ``_ci_hi``);
-    ``decoupling_pooled_contrast`` (+ ``_ci_lo``, ``_ci_hi``, ``_n_datasets``);
-    ``decoupling_wilcoxon_W``, ``_p``, ``_n_datasets``;
-    ``decoupling_i2_<pct>``, ``decoupling_tau2_<pct>``, ``decoupling_re_rho_<pct>``;
-    ``decoupling_seedlevel_rho_<pct>``; ``decoupling_seedlevel_contrast``
-    (+ ``_ci_lo``, ``_ci_hi``, ``_n_datasets``). A quantity that is not
-    defined has the string ``"not defined: <reason>"`` under its main key
-    (``decoupling_pooled_contrast``, ``decoupling_wilcoxon``, …).
+    Headline keys (``<pct>`` = :func:`fraction_pct`, e.g. ``1pct``): ``decoupling_pooled_rho_<pct>`` (+ ``_ci_lo``
+    / ``_ci_hi``); ``decoupling_pooled_contrast`` (+ ``_ci_lo``, ``_ci_hi``, ``_n_datasets``);
+    ``decoupling_wilcoxon_W``, ``_p``, ``_n_datasets``; ``decoupling_i2_<pct>``, ``decoupling_tau2_<pct>``,
+    ``decoupling_re_rho_<pct>``; ``decoupling_seedlevel_rho_<pct>``; ``decoupling_seedlevel_contrast`` (+
+    ``_ci_lo``, ``_ci_hi``, ``_n_datasets``). A quantity that is not defined has the string ``"not defined:
+    <reason>"`` under its main key (``decoupling_pooled_contrast``, ``decoupling_wilcoxon``, …).
 
-    Option ``contrast_fractions`` (default ``[0.01, 1.0]``) picks the (low,
-    high) fractions of the contrasts and of the Wilcoxon test.
+    Option ``contrast_fractions`` (default ``[0.01, 1.0]``) picks the (low, high) fractions of the contrasts and of
+    the Wilcoxon test.
     """
     indomain = tables.indomain
     if indomain is None:

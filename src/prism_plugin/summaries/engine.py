@@ -15,15 +15,18 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from prism_plugin.errors import PrismError
-from prism_plugin.results import atomic_write_text, dumps, write_csv
+from prism_plugin.storage import atomic_write_text, dumps, write_csv
 from prism_plugin.contracts import RunTables, SummaryOutput
 
 FINDINGS_FILE = "findings.json"
 
 
-def summary_plugins(host) -> list[str]:
-    """Names of the registered plugins that implement ``summarize``, in call order."""
-    return host.implementations("summarize")
+def summary_plugins(host, *, leaderboard: bool = False) -> list[str]:
+    """Names of the registered plugins that implement ``summarize``, in call order; ``leaderboard``:
+    only those whose module declares ``LEADERBOARD = True`` (their tables are what the leaderboard
+    page reads; the others, e.g. decoupling's bootstrap, are ``prism-run findings``' job)."""
+    names = host.implementations("summarize")
+    return [n for n in names if getattr(host.pm.get_plugin(n), "LEADERBOARD", False)] if leaderboard else names
 
 
 def plugin_name_of(host, module: Any) -> str | None:
@@ -43,10 +46,9 @@ def run_summaries(
 ) -> SummaryOutput:
     """Call every ``summarize`` hook implementation (or those named in ``only``) and merge.
 
-    A plugin that returns ``None`` adds nothing. Two plugins producing the same
-    table or headline key is an error naming both. Failures follow the host's one
-    policy (:meth:`prism_plugin.plugins.PluginHost.call`): a :class:`PrismError`
-    passes on; any other exception becomes a ``PluginFailure`` naming the plugin.
+    A plugin that returns ``None`` adds nothing. Two plugins producing the same table or headline key is an error
+    naming both. Failures follow the host's one policy (:meth:`prism_plugin.plugins.PluginHost.call`): a
+    :class:`PrismError` passes on; any other exception becomes a ``PluginFailure`` naming the plugin.
     """
     options = dict(options or {})
     wanted = None if only is None else set(only)
@@ -89,9 +91,8 @@ def _has_named_index(df: pd.DataFrame) -> bool:
 def write_summaries(output_dir: str | Path, output: SummaryOutput) -> list[Path]:
     """Write ``<stem>.csv`` per table and ``findings.json``, each atomically.
 
-    A table is written with its index only when the index has a name (e.g.
-    ``model``), so ``cri_variants_100.csv`` starts with a ``model`` column and
-    a RangeIndex table has no unnamed first column. ``findings.json`` holds
+    A table is written with its index only when the index has a name (e.g. ``model``), so ``cri_variants_100.csv``
+    starts with a ``model`` column and a RangeIndex table has no unnamed first column. ``findings.json`` holds
     ``headline``, ``notes`` and the list of table files. Returns the paths written.
     """
     output_dir = Path(output_dir)

@@ -1,27 +1,21 @@
 """Embedding geometry and multi-model structure (the PRISM paper's Figures 18-21).
 
-* **Mutual k-NN alignment** (Figure 20/21): for two models' embeddings of the
-  *same* samples in the same order, each sample's k nearest neighbours
-  (cosine distance by default, the sample itself excluded) are found in each
-  model's space; the alignment is the mean over samples of the Jaccard
-  overlap ``|N_A(i) ∩ N_B(i)| / |N_A(i) ∪ N_B(i)|``. k = 50. Identical
-  geometries give 1; independent ones give the chance level
-  :func:`alignment_chance` (≈ k / (2N − k) for N ≫ k). :func:`alignment_matrix`
-  fills the models × models matrix (diagonal 1).
-* **Performance clustering** (Figure 19): the model × dataset matrix of
-  seed-mean AUROC at one fraction (100 % by default), clustered hierarchically
-  with distance 1 − Spearman ρ between rows (models' AUROC profiles across
-  datasets; columns likewise for datasets) and average linkage (SciPy);
-  :func:`cluster_order` returns the dendrogram leaf order.
-* **Reliability radar** (Figure 18): per model at one fraction, the mean over
-  its datasets of seed-mean AUROC, 1 − raw fixed-bin ECE and 1 − Brier
-  (Brier is defined for binary datasets only, so it averages those), and the
-  OOD stability of PROTOCOL §6.1 (always at 100 % labels; computed by
-  :func:`prism_plugin.summaries.cri.ood_stability`, NaN without transfer runs).
+* **Mutual k-NN alignment** (Figure 20/21): for two models' embeddings of the *same* samples in the same order,
+  each sample's k nearest neighbours (cosine distance by default, the sample itself excluded) are found in each
+  model's space; the alignment is the mean over samples of the Jaccard overlap ``|N_A(i) ∩ N_B(i)| / |N_A(i) ∪
+  N_B(i)|``. k = 50. Identical geometries give 1; independent ones give the chance level :func:`alignment_chance`
+  (≈ k / (2N − k) for N ≫ k). :func:`alignment_matrix` fills the models × models matrix (diagonal 1).
+* **Performance clustering** (Figure 19): the model × dataset matrix of seed-mean AUROC at one fraction (100 % by
+  default), clustered hierarchically with distance 1 − Spearman ρ between rows (models' AUROC profiles across
+  datasets; columns likewise for datasets) and average linkage (SciPy); :func:`cluster_order` returns the
+  dendrogram leaf order.
+* **Reliability radar** (Figure 18): per model at one fraction, the mean over its datasets of seed-mean AUROC, 1 −
+  raw fixed-bin ECE and 1 − Brier (Brier is defined for binary datasets only, so it averages those), and the OOD
+  stability of PROTOCOL §6.1 (always at 100 % labels; computed by :func:`prism_plugin.summaries.cri.ood_stability`,
+  NaN without transfer runs).
 
-The functions work on arrays and run tables; :func:`load_model_embeddings`
-gets the embeddings of several adapters for one task through the runner's
-embedding cache (extracting what is missing), and :func:`cached_test_embeddings`
+The functions work on arrays and run tables; :func:`load_model_embeddings` gets the embeddings of several adapters
+for one task through the runner's embedding cache (extracting what is missing), and :func:`cached_test_embeddings`
 finds those of finished results directories in the cache without extracting.
 """
 
@@ -100,9 +94,8 @@ def mutual_knn_alignment(A: np.ndarray, B: np.ndarray, k: int = DEFAULT_K, metri
 def alignment_chance(n: int, k: int = DEFAULT_K) -> float:
     """Expected alignment of two independent neighbour structures on ``n`` samples.
 
-    Each sample's k neighbours are k of the n − 1 others; for independent
-    models the overlap X is hypergeometric (n − 1, k, k) and the expected
-    Jaccard is E[X / (2k − X)] ≈ k / (2n − k).
+    Each sample's k neighbours are k of the n − 1 others; for independent models the overlap X is hypergeometric (n
+    − 1, k, k) and the expected Jaccard is E[X / (2k − X)] ≈ k / (2n − k).
     """
     from scipy.stats import hypergeom
 
@@ -145,11 +138,10 @@ def load_model_embeddings(task, adapters: Sequence[Any], opts, split: str = "tes
                           host=None) -> dict[str, np.ndarray]:
     """The embeddings of ``split`` of ``task`` for each adapter, through the embedding cache.
 
-    Uses :func:`prism_plugin.embed.load.load_embeddings` (a cache hit reads the
-    stored arrays, a miss extracts and stores them). Keys are the models'
-    display names. Every model must have embedded the same labelled samples in
-    the same order. ``host`` is the plugin host whose ``sources`` registry opens the task's source
-    (default: the shared host).
+    Uses :func:`prism_plugin.embed.load.load_embeddings` (a cache hit reads the stored arrays, a miss extracts and
+    stores them). Keys are the models' display names. Every model must have embedded the same labelled samples in
+    the same order. ``host`` is the plugin host whose ``sources`` registry opens the task's source (default: the
+    shared host).
     """
     from prism_plugin.embed.load import load_embeddings
 
@@ -178,10 +170,9 @@ def cached_test_embeddings(result_dirs: Iterable[Path], cache_dir: Path | None =
                            split: str = "test") -> tuple[dict[str, dict[str, np.ndarray]], list[str]]:
     """Embeddings of finished in-distribution runs, looked up in the embedding cache (never extracted).
 
-    Returns ``{dataset: {model: X}}`` for the datasets whose ``split`` was
-    found for at least one model, and notes saying what was not found. A
-    dataset is identified by its data fingerprint, so models are only compared
-    on identical samples.
+    Returns ``{dataset: {model: X}}`` for the datasets whose ``split`` was found for at least one model, and notes
+    saying what was not found. A dataset is identified by its data fingerprint, so models are only compared on
+    identical samples.
     """
     from prism_plugin.embed.cache import EmbeddingCache
 
@@ -239,7 +230,7 @@ def _indomain_rows(runs: pd.DataFrame) -> pd.DataFrame:
 
 def auroc_matrix(runs: pd.DataFrame, fraction: float = 1.0, metric: str = "auroc") -> pd.DataFrame:
     """Models × datasets matrix of seed-mean ``metric`` at ``fraction`` (in-distribution runs)."""
-    from prism_plugin.summaries.cri import DATASET_ORDER, fraction_mask, model_order, order_like
+    from prism_plugin.summaries.conventions import DATASET_ORDER, fraction_mask, model_order, order_like
 
     df = _indomain_rows(runs)
     if df.empty:
@@ -256,8 +247,8 @@ def auroc_matrix(runs: pd.DataFrame, fraction: float = 1.0, metric: str = "auroc
 def spearman_distance(matrix: np.ndarray) -> np.ndarray:
     """Square matrix of 1 − Spearman ρ between the rows of ``matrix`` (ties: average ranks).
 
-    A row that is constant has no defined ρ; its distance to every other row is
-    set to 1 (uncorrelated). The diagonal is 0.
+    A row that is constant has no defined ρ; its distance to every other row is set to 1 (uncorrelated). The
+    diagonal is 0.
     """
     from scipy.stats import rankdata
 
@@ -278,10 +269,9 @@ def spearman_distance(matrix: np.ndarray) -> np.ndarray:
 def cluster_order(matrix: pd.DataFrame, axis: int = 0) -> dict[str, Any]:
     """Average-linkage clustering of the rows (``axis=0``) or columns (``axis=1``) with 1 − Spearman ρ.
 
-    Returns ``{"order": labels in dendrogram leaf order, "linkage": SciPy
-    linkage matrix, "labels": labels in input order, "distance": square
-    distance DataFrame}``. Needs ≥ 2 items and ≥ 2 values to correlate over;
-    NaN cells are not allowed (drop incomplete rows/columns first).
+    Returns ``{"order": labels in dendrogram leaf order, "linkage": SciPy linkage matrix, "labels": labels in input
+    order, "distance": square distance DataFrame}``. Needs ≥ 2 items and ≥ 2 values to correlate over; NaN cells
+    are not allowed (drop incomplete rows/columns first).
     """
     from scipy.cluster.hierarchy import dendrogram, linkage
     from scipy.spatial.distance import squareform
@@ -315,12 +305,12 @@ def complete_matrix(matrix: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 def radar_data(runs: pd.DataFrame, fraction: float = 1.0) -> pd.DataFrame:
     """Per model: ``auroc``, ``one_minus_ece`` (raw fixed-bin), ``one_minus_brier`` and ``ood_stability``.
 
-    The first three are means over the model's datasets of seed means at
-    ``fraction``; Brier is binary-only, so it averages the binary datasets (NaN
-    when the model has none). ``ood_stability`` is PROTOCOL §6.1 at 100 %
-    labels from the transfer rows of ``runs`` (NaN without usable transfer runs).
+    The first three are means over the model's datasets of seed means at ``fraction``; Brier is binary-only, so it
+    averages the binary datasets (NaN when the model has none). ``ood_stability`` is PROTOCOL §6.1 at 100 % labels
+    from the transfer rows of ``runs`` (NaN without usable transfer runs).
     """
-    from prism_plugin.summaries.cri import fraction_mask, model_order, ood_stability
+    from prism_plugin.summaries.conventions import fraction_mask, model_order
+    from prism_plugin.summaries.cri import ood_stability
 
     ind = _indomain_rows(runs)
     if ind.empty:

@@ -2,37 +2,30 @@
 
 Conventions, exactly as the protocol:
 
-* **Designs**: ``"label-definition"`` = ``tables.transfer`` (``ood_all_v2``),
-  ``"covariate"`` = ``tables.camelyon17_transfer``; whichever are present,
-  rows concatenated in that order. Within a design, models in CSV order (first
-  appearance) and, per model, pairs in CSV order (first appearance in the
-  design's table); a (model, pair) with no run is skipped.
-* **Seed mean** e_f / a_f = :func:`~prism_plugin.summaries.decoupling.seed_means`
-  (``math.fsum`` of the runs / count) of the raw target ``ece_fixed`` /
-  ``auroc`` of the (model, pair, fraction) runs. Fractions are
-  matched after rounding to 9 decimals and used in ascending order.
-* ``lo`` / ``hi`` fractions are the design's smallest / largest fraction (1 % and
-  100 % in the reference); a combination lacking one of them has NaN
-  endpoints (and ``rises`` False), with a note.
-* ``ece_slope`` = ``numpy.polyfit(log10(f), e_f, 1)[0]`` over the combination's
-  fractions (NaN with fewer than 2 fractions).
+* **Designs**: ``"label-definition"`` = ``tables.transfer`` (``ood_all_v2``), ``"covariate"`` =
+  ``tables.camelyon17_transfer``; whichever are present, rows concatenated in that order. Within a design, models
+  in CSV order (first appearance) and, per model, pairs in CSV order (first appearance in the design's table); a
+  (model, pair) with no run is skipped.
+* **Seed mean** e_f / a_f = :func:`~prism_plugin.summaries.conventions.seed_means` (``math.fsum`` of the runs /
+  count) of the raw target ``ece_fixed`` / ``auroc`` of the (model, pair, fraction) runs. Fractions are matched
+  after rounding to 9 decimals and used in ascending order.
+* ``lo`` / ``hi`` fractions are the design's smallest / largest fraction (1 % and 100 % in the reference); a
+  combination lacking one of them has NaN endpoints (and ``rises`` False), with a note.
+* ``ece_slope`` = ``numpy.polyfit(log10(f), e_f, 1)[0]`` over the combination's fractions (NaN with fewer than 2
+  fractions).
 * ``rises`` = ``ece_hi > ece_lo`` (strict; endpoints, not the slope).
-* ``auroc_mean`` = ``numpy.mean`` of the a_f (one value per fraction), the
-  banding variable; ``auroc_dist`` = |auroc_mean − 0.5|.
-* ``degeneracy`` = mean ``degeneracy_share`` over all runs of the combination;
-  ``degenerate_share`` = share of those runs flagged ``degenerate``; NaN when
-  the table lacks the column.
-* **Bands** on auroc_mean, half-open [lo, hi): :data:`BANDS`; per band n,
-  rises (count), rate = round(100·share rising, 1), mean_delta = round(mean
-  ece_delta, 4), designs = sorted distinct design names joined by ", "; empty
+* ``auroc_mean`` = ``numpy.mean`` of the a_f (one value per fraction), the banding variable; ``auroc_dist`` =
+  |auroc_mean − 0.5|.
+* ``degeneracy`` = mean ``degeneracy_share`` over all runs of the combination; ``degenerate_share`` = share of
+  those runs flagged ``degenerate``; NaN when the table lacks the column.
+* **Bands** on auroc_mean, half-open [lo, hi): :data:`BANDS`; per band n, rises (count), rate = round(100·share
+  rising, 1), mean_delta = round(mean ece_delta, 4), designs = sorted distinct design names joined by ", "; empty
   bands omitted; label ``"[0.00, 0.55)"``.
-* **Spearman** = ``scipy.stats.spearmanr`` over the combinations with both
-  values defined; statistics that cannot be computed are headline strings
-  ``"not defined: <reason>"`` plus a note.
+* **Spearman** = ``scipy.stats.spearmanr`` over the combinations with both values defined; statistics that cannot
+  be computed are headline strings ``"not defined: <reason>"`` plus a note.
 
-Public functions: :func:`design_table`, :func:`mechanism_summary`,
-:func:`mechanism_bands`, :func:`mechanism_headline`,
-:func:`camelyon17_ece_trend`.
+Public functions: :func:`design_table`, :func:`mechanism_summary`, :func:`mechanism_bands`,
+:func:`mechanism_headline`, :func:`camelyon17_ece_trend`.
 """
 
 from __future__ import annotations
@@ -45,9 +38,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from prism_plugin.errors import PrismError
 from prism_plugin.hookspecs import hookimpl
-from prism_plugin.summaries.decoupling import first_appearance, normalise_fractions, not_defined, seed_means
+from prism_plugin.summaries.conventions import (
+    first_appearance, normalise_fractions, not_defined, require_columns, seed_means,
+)
 from prism_plugin.tables import RunTables, SummaryOutput
 
 LABEL_DEFINITION = "label-definition"
@@ -72,12 +66,6 @@ BAND_COLUMNS = ["band", "n", "rises", "rate", "mean_delta", "designs"]
 TREND_COLUMNS = ["model", "pair", "lo", "hi", "delta", "rises", "monotone"]
 
 
-def _require(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise PrismError(f"{what} table lacks column(s) {', '.join(missing)}")
-
-
 def _with_pair(df: pd.DataFrame) -> pd.DataFrame:
     if "pair" in df.columns:
         return df
@@ -98,11 +86,11 @@ def _per_fraction(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def design_table(df: pd.DataFrame, design: str) -> pd.DataFrame:
-    """The §6.10 rows of one design (columns :data:`SUMMARY_COLUMNS`);
-    ``attrs["notes"]`` says what could not be computed."""
-    _require(df, ["model", "fraction", "ece_fixed", "auroc"], f"{design} transfer")
+    """The §6.10 rows of one design (columns :data:`SUMMARY_COLUMNS`); ``attrs["notes"]`` says what could not be
+    computed."""
+    require_columns(df, ["model", "fraction", "ece_fixed", "auroc"], f"{design} transfer")
     if "pair" not in df.columns:
-        _require(df, ["src", "tgt"], f"{design} transfer")
+        require_columns(df, ["src", "tgt"], f"{design} transfer")
     df = _with_pair(df)
     notes: list[str] = []
     cells = _per_fraction(df)
@@ -151,10 +139,9 @@ def design_table(df: pd.DataFrame, design: str) -> pd.DataFrame:
 def mechanism_summary(transfer: pd.DataFrame | None = None,
                       camelyon17_transfer: pd.DataFrame | None = None,
                       more: Mapping[str, pd.DataFrame | None] | None = None) -> pd.DataFrame:
-    """``mechanism_summary`` (§6.10): one row per (design, model, pair);
-    label-definition rows (from ``transfer``) first, then covariate rows (from
-    ``camelyon17_transfer``), then the designs of ``more`` (design name -> runs) in order.
-    Columns :data:`SUMMARY_COLUMNS`."""
+    """``mechanism_summary`` (§6.10): one row per (design, model, pair); label-definition rows (from ``transfer``)
+    first, then covariate rows (from ``camelyon17_transfer``), then the designs of ``more`` (design name -> runs)
+    in order. Columns :data:`SUMMARY_COLUMNS`."""
     parts, notes = [], []
     for design, df in ((LABEL_DEFINITION, transfer), (COVARIATE, camelyon17_transfer), *dict(more or {}).items()):
         if df is None or df.empty:
@@ -178,9 +165,8 @@ def band_label(lo: float, hi: float) -> str:
 def mechanism_bands(summary: pd.DataFrame, bands: Iterable[tuple[float, float]] = BANDS) -> pd.DataFrame:
     """``mechanism_bands`` (§6.10) from a :func:`mechanism_summary` table.
 
-    Combinations with auroc_mean in [lo, hi) and a defined ece_delta; columns
-    band, n, rises, rate (= round(100·rises/n, 1)), mean_delta (=
-    round(mean ece_delta, 4)), designs (sorted distinct, ", "-joined). Empty
+    Combinations with auroc_mean in [lo, hi) and a defined ece_delta; columns band, n, rises, rate (=
+    round(100·rises/n, 1)), mean_delta (= round(mean ece_delta, 4)), designs (sorted distinct, ", "-joined). Empty
     bands are omitted.
     """
     rows = []
@@ -217,18 +203,15 @@ def _key(design: str) -> str:
 def mechanism_headline(summary: pd.DataFrame, *, focus_model: str = FOCUS_MODEL) -> tuple[dict[str, Any], list[str]]:
     """Headline statistics of §6.10 from a :func:`mechanism_summary` table.
 
-    * ``mechanism_spearman_slope_all`` / ``_label_definition`` / ``_covariate``
-      / ``_nondegenerate``: Spearman(auroc_mean, ece_slope) over all
-      combinations, within a design, and over the combinations with
+    * ``mechanism_spearman_slope_all`` / ``_label_definition`` / ``_covariate`` / ``_nondegenerate``:
+      Spearman(auroc_mean, ece_slope) over all combinations, within a design, and over the combinations with
       degenerate_share == 0 (with ``..._n`` counts);
-    * per design: ``mechanism_<design>_rises``, ``_n``, ``_mean_delta`` (mean
-      ece_delta over combinations with a defined delta);
-    * covariate design, ``focus_model`` (CLIP): ``mechanism_covariate_<model>_auroc_mean``
-      (mean of its auroc_mean), ``_rises``, ``_n``; the other models together:
-      ``mechanism_covariate_others_rises``, ``_n``, and the range of their
-      per-model mean auroc_mean (``..._auroc_mean_min`` / ``_max``);
-    * ``mechanism_slope_endpoint_disagreements``: combinations where
-      sign(ece_slope) > 0 disagrees with ``rises``.
+    * per design: ``mechanism_<design>_rises``, ``_n``, ``_mean_delta`` (mean ece_delta over combinations with a
+      defined delta);
+    * covariate design, ``focus_model`` (CLIP): ``mechanism_covariate_<model>_auroc_mean`` (mean of its
+      auroc_mean), ``_rises``, ``_n``; the other models together: ``mechanism_covariate_others_rises``, ``_n``, and
+      the range of their per-model mean auroc_mean (``..._auroc_mean_min`` / ``_max``);
+    * ``mechanism_slope_endpoint_disagreements``: combinations where sign(ece_slope) > 0 disagrees with ``rises``.
     """
     h: dict[str, Any] = {}
     notes: list[str] = []
@@ -285,9 +268,9 @@ def mechanism_headline(summary: pd.DataFrame, *, focus_model: str = FOCUS_MODEL)
 
 
 def split_undeclared(transfer: pd.DataFrame | None) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
-    """(label-definition rows, rows of transfer tasks without a declared shift kind) of the
-    ``transfer`` table (``shift`` = ``undeclared``, set by :func:`prism_plugin.tables.tables_from_results`;
-    the release table has no ``shift`` column: all label-definition)."""
+    """(label-definition rows, rows of transfer tasks without a declared shift kind) of the ``transfer`` table
+    (``shift`` = ``undeclared``, set by :func:`prism_plugin.tables.tables_from_results`; the release table has no
+    ``shift`` column: all label-definition)."""
     if transfer is None or "shift" not in transfer.columns:
         return transfer, None
     from prism_plugin.tables import UNDECLARED as MARK
@@ -298,11 +281,10 @@ def split_undeclared(transfer: pd.DataFrame | None) -> tuple[pd.DataFrame | None
 
 
 def camelyon17_ece_trend(camelyon17_transfer: pd.DataFrame) -> pd.DataFrame:
-    """``camelyon17_ece_trend`` (§6.11): per (model, pair) in CSV order, lo / hi =
-    seed-mean ``ece_fixed`` at the smallest / largest fraction (1 % / 100 %),
-    delta = hi − lo, rises = hi > lo, monotone = every successive difference of
-    the seed means (fractions ascending) ≥ −1e-9. Columns :data:`TREND_COLUMNS`."""
-    _require(camelyon17_transfer, ["model", "fraction", "ece_fixed", "auroc"], "camelyon17 transfer")
+    """``camelyon17_ece_trend`` (§6.11): per (model, pair) in CSV order, lo / hi = seed-mean ``ece_fixed`` at the
+    smallest / largest fraction (1 % / 100 %), delta = hi − lo, rises = hi > lo, monotone = every successive
+    difference of the seed means (fractions ascending) ≥ −1e-9. Columns :data:`TREND_COLUMNS`."""
+    require_columns(camelyon17_transfer, ["model", "fraction", "ece_fixed", "auroc"], "camelyon17 transfer")
     df = _with_pair(camelyon17_transfer)
     cells = _per_fraction(df)
     all_fracs = sorted(set(cells.index.get_level_values("fraction")))
@@ -323,11 +305,9 @@ def camelyon17_ece_trend(camelyon17_transfer: pd.DataFrame) -> pd.DataFrame:
 
 @hookimpl
 def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | None:
-    """§6.10-6.11: tables ``mechanism_summary``, ``mechanism_bands`` (when any
-    transfer table exists), ``camelyon17_ece_trend`` (when the Camelyon17
-    transfer table exists) and the §6.10 headline statistics. Option
-    ``mechanism_focus_model`` (default ``"CLIP"``) names the model whose
-    covariate numbers are reported apart."""
+    """§6.10-6.11: tables ``mechanism_summary``, ``mechanism_bands`` (when any transfer table exists),
+    ``camelyon17_ece_trend`` (when the Camelyon17 transfer table exists) and the §6.10 headline statistics. Option
+    ``mechanism_focus_model`` (default ``"CLIP"``) names the model whose covariate numbers are reported apart."""
     label_def, undeclared = split_undeclared(tables.transfer)
     more = {DECLARED_COVARIATE: tables.covariate_transfer, DECLARED_PRIOR: tables.prior_transfer,
             UNDECLARED: undeclared}

@@ -1,30 +1,24 @@
 """Probe sensitivity: do model rankings survive a change of probe? (PROTOCOL §6.17)
 
-Two comparisons, both on **cells** = seed means per (model, dataset or pair,
-fraction, probe setting):
+Two comparisons, both on **cells** = seed means per (model, dataset or pair, fraction, probe setting):
 
-* **Regularisation sweep** — ``c_ablation``: per (model, dataset, fraction, C)
-  the seed-mean ``auroc`` and seed-mean **raw** fixed-bin ``ece_fixed`` of the
-  logistic probe. ``c_ranking``: per (dataset, fraction) and every C ≠ 1, the
-  Kendall τ-b (SciPy ``kendalltau``) between the models' values at C and at
-  C = 1, for AUROC and for raw ECE, with an *inversion* flag when τ < 0
-  (the paper: AUROC mean τ 0.823 with 0 of 36 inversions, ECE 0.024 with 16 of
-  36). Transfer runs give ``ood_c_ablation`` / ``ood_c_ranking`` per pair.
-* **Linear vs MLP probe** — ``mlp_ranking``: per (dataset, fraction) the same
-  two τ between the logistic probe at C = 1 and the MLP probe (kind ``mlp``)
-  (the paper: 0.85 for AUROC against 0.29 for ECE); ``ood_mlp_ranking`` for
+* **Regularisation sweep** — ``c_ablation``: per (model, dataset, fraction, C) the seed-mean ``auroc`` and
+  seed-mean **raw** fixed-bin ``ece_fixed`` of the logistic probe. ``c_ranking``: per (dataset, fraction) and every
+  C ≠ 1, the Kendall τ-b (SciPy ``kendalltau``) between the models' values at C and at C = 1, for AUROC and for raw
+  ECE, with an *inversion* flag when τ < 0 (the paper: AUROC mean τ 0.823 with 0 of 36 inversions, ECE 0.024 with
+  16 of 36). Transfer runs give ``ood_c_ablation`` / ``ood_c_ranking`` per pair.
+* **Linear vs MLP probe** — ``mlp_ranking``: per (dataset, fraction) the same two τ between the logistic probe at C
+  = 1 and the MLP probe (kind ``mlp``) (the paper: 0.85 for AUROC against 0.29 for ECE); ``ood_mlp_ranking`` for
   transfer pairs.
 
-A τ needs at least 2 models with finite values at both settings; otherwise
-the row says ``not defined: needs ≥ 2 models`` (with the count) instead of a
-number. A constant column (e.g. two models with the same AUROC) leaves τ-b
+A τ needs at least 2 models with finite values at both settings; otherwise the row says ``not defined: needs ≥ 2
+models`` (with the count) instead of a number. A constant column (e.g. two models with the same AUROC) leaves τ-b
 undefined too and says so.
 
-Where the C of a run comes from: the ``probe_C`` column that sweep variants
-write (``sweep: {probe.C: [...]}``, :mod:`prism_plugin.tasks.sweep`), else
-the probe of the run's results directory (``summary.json``, read by
-:func:`load_runs`). Runs whose C is unknown are left out. The same run found
-twice (e.g. a plain run and the C = 1 variant of a sweep) counts once.
+Where the C of a run comes from: the settings its results directory's ``summary.json`` records for its head
+(``resolved_task``, read by :func:`load_runs`); the ``summarize`` hook reads the ``probe_C`` column of the runs
+tables (written by sweep variants). Runs whose C is unknown are left out. The same run found twice (e.g. a plain
+run and the C = 1 variant of a sweep) counts once.
 """
 
 from __future__ import annotations
@@ -36,6 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from prism_plugin.heads.base import DEFAULT_KIND, probe_settings
 from prism_plugin.results import read_summary
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.tables import RunTables, SummaryOutput
@@ -55,23 +50,23 @@ MLP_RANKING_COLUMNS = ["dataset", "fraction", "mlp_settings", "n_models", "kenda
 
 
 # --------------------------------------------------------------------------- loading
-#: logistic settings other heads ignore (they reach them through the protocol include)
-_LOGISTIC_ONLY = {"C", "max_iter", "tol", "backend"}
-
-
-def _probe_signature(probe: Mapping[str, Any]) -> str:
-    kind = probe.get("kind", "logistic")
-    return ",".join(f"{k}={v}" for k, v in sorted(probe.items())
-                    if k != "kind" and (kind == "logistic" or k not in _LOGISTIC_ONLY))
+def _recorded_probes(results_dir: Path) -> dict[str, Mapping[str, Any]]:
+    """Head kind -> resolved settings of the runs in ``results_dir``, as its ``summary.json`` records
+    them (``resolved_task``: the ``probes`` of a grid, else the one ``probe``)."""
+    try:
+        task = read_summary(results_dir).get("resolved_task") or {}
+    except AttributeError:
+        return {}
+    probes = task.get("probes") or [task.get("probe") or {}]
+    return {str(p.get("kind", DEFAULT_KIND)): p for p in probes if isinstance(p, Mapping)}
 
 
 def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
     """Every ``runs.csv`` under ``paths`` (searched recursively), concatenated.
 
-    Each row gets ``results_dir``; rows lacking ``probe_C`` take the C of their
-    directory's ``summary.json`` probe (logistic probes), and ``probe_settings``
-    records that probe's settings (``hidden=256,...``) so different MLP
-    configurations stay apart. Returns an empty frame when nothing is found.
+    Each row gets ``results_dir``, and from the settings its ``summary.json`` records for the row's
+    head: ``probe_C`` (NaN for a head without C) and ``probe_settings`` (``hidden=256,...``), so
+    different configurations of one head stay apart. Returns an empty frame when nothing is found.
     """
     from prism_plugin.results import runs_files
 
@@ -83,17 +78,10 @@ def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
             continue
         df = df.copy()  # consolidate the wide table (one block per dtype) before adding columns
         df["results_dir"] = str(f.parent)
-        probe: Mapping[str, Any] = {}
-        try:
-            probe = read_summary(f.parent).get("resolved_task", {}).get("probe") or {}
-        except AttributeError:
-            probe = {}
-        if "probe_C" not in df.columns:
-            df["probe_C"] = np.nan
-        if probe.get("kind", "logistic") == "logistic" and "C" in probe:
-            df["probe_C"] = df["probe_C"].fillna(float(probe["C"]))
-        if "probe_settings" not in df.columns:
-            df["probe_settings"] = _probe_signature(probe) if probe else ""
+        probes = _recorded_probes(f.parent)
+        settings = [probes.get(str(k), {}) for k in df.get("probe", pd.Series(DEFAULT_KIND, index=df.index))]
+        df["probe_C"] = [float(p["C"]) if "C" in p else np.nan for p in settings]
+        df["probe_settings"] = [",".join(f"{k}={v}" for k, v in sorted(probe_settings(p).items())) for p in settings]
         frames.append(df)
     if not frames:
         return pd.DataFrame()
@@ -134,8 +122,7 @@ def sweep_run_tables(paths: Iterable[str | Path], host=None):
     (:func:`prism_plugin.tables.tables_from_results` leaves these rows out.)"""
     from prism_plugin.plugins import host_or_shared
     from prism_plugin.results import runs_files
-    from prism_plugin.tables import (SHIFT_ROUTED_FROM, UNDECLARED, RunTables, read_run_table,
-                                     shift_routed)
+    from prism_plugin.tables import RunTables, read_run_table, routed_rows
 
     kinds = host_or_shared(host).tables
     parts: dict[str, list[pd.DataFrame]] = {}
@@ -147,17 +134,9 @@ def sweep_run_tables(paths: Iterable[str | Path], host=None):
         df[MODEL_BASE] = df["model"].astype(str)
         value = df["sweep_value"] if "sweep_value" in df else pd.Series(np.nan, index=df.index)
         df["model"] = [variant_model(m, k, v) for m, k, v in zip(df[MODEL_BASE], df["sweep_key"], value)]
-        table_col = df["reference_table"] if "reference_table" in df else pd.Series("indomain", index=df.index)
-        for table, rows in df.groupby(shift_routed(df, table_col), sort=False):
-            if table not in kinds:
-                continue  # tables_from_results names an unknown table kind of the non-sweep rows
-            kind = kinds.get(table)
-            if table == SHIFT_ROUTED_FROM:
-                shift = rows["shift"] if "shift" in rows else pd.Series(np.nan, index=rows.index)
-                rows = rows.copy()
-                rows["shift"] = shift.where(shift.notna() & (shift.astype(str) != ""), UNDECLARED)
-            rows = rows.drop(columns=[c for c in kind.drops if c in rows])
-            parts.setdefault(kind.name, []).append(rows.rename(columns=dict(kind.renames)))
+        for table, rows in routed_rows(df, kinds):
+            if table in kinds:  # tables_from_results names an unknown table kind of the non-sweep rows
+                parts.setdefault(table, []).append(rows)
     if not parts:
         return None
     out = {}
@@ -189,13 +168,10 @@ def _prepare(runs: pd.DataFrame) -> pd.DataFrame:
     if MODEL_BASE in df.columns:  # variant-labelled report rows: rank the models, not the variants
         df["model"] = df[MODEL_BASE].where(df[MODEL_BASE].notna(), df["model"])
     if "probe" not in df.columns:
-        df["probe"] = "logistic"
-    df["probe"] = df["probe"].fillna("logistic").astype(str)
+        df["probe"] = DEFAULT_KIND
+    df["probe"] = df["probe"].fillna(DEFAULT_KIND).astype(str)
     if "probe_C" not in df.columns:
         df["probe_C"] = np.nan
-    if "sweep_key" in df.columns and "sweep_value" in df.columns:  # older rows: C only in the sweep columns
-        is_c = (df["sweep_key"] == "probe.C") & df["probe_C"].isna()
-        df.loc[is_c, "probe_C"] = pd.to_numeric(df.loc[is_c, "sweep_value"], errors="coerce")
     df["probe_C"] = pd.to_numeric(df["probe_C"], errors="coerce")
     if "probe_settings" not in df.columns:
         df["probe_settings"] = ""

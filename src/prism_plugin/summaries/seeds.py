@@ -1,17 +1,13 @@
 """Seed-level summaries: breaking points (PROTOCOL §6.15) and seed variability (§6.16).
 
-* ``breaking_points_by_threshold``: one row per dataset (PCam, BRACS, CRC,
-  MHIST, LungHist700, SPIDER-Breast, then others by first appearance) × model
-  (display order CLIP, PLIP, CONCH, VIRCHOW2, UNI, GigaPath, H-Optimus-0,
-  MIDNIGHT, then others); for each threshold t (0.4, 0.5, 0.6, 0.7, 0.8;
-  column ``thr_<t>``) the smallest fraction whose seed-mean ``f1_macro`` is
-  ≥ t, NaN if no fraction reaches it. Columns: dataset, model, thr_0.4, ….
-* "moves by" (CHANGELOG, e.g. 0.64 on MHIST): per dataset, the mean over the
-  models with at least 2 reached thresholds of (max − min reached fraction).
-  Not defined for a dataset where no model reaches 2 thresholds.
-* ``seed_variability_auroc`` / ``seed_variability_ece``: in-distribution runs
-  grouped by (model, dataset, fraction) in pandas' sorted group order →
-  mean, std (ddof = 1; NaN for a single seed), min, max of ``auroc`` /
+* ``breaking_points_by_threshold``: one row per dataset (PCam, BRACS, CRC, MHIST, LungHist700, SPIDER-Breast, then
+  others by first appearance) × model (display order CLIP, PLIP, CONCH, VIRCHOW2, UNI, GigaPath, H-Optimus-0,
+  MIDNIGHT, then others); for each threshold t (0.4, 0.5, 0.6, 0.7, 0.8; column ``thr_<t>``) the smallest fraction
+  whose seed-mean ``f1_macro`` is ≥ t, NaN if no fraction reaches it. Columns: dataset, model, thr_0.4, ….
+* "moves by" (CHANGELOG, e.g. 0.64 on MHIST): per dataset, the mean over the models with at least 2 reached
+  thresholds of (max − min reached fraction). Not defined for a dataset where no model reaches 2 thresholds.
+* ``seed_variability_auroc`` / ``seed_variability_ece``: in-distribution runs grouped by (model, dataset, fraction)
+  in pandas' sorted group order → mean, std (ddof = 1; NaN for a single seed), min, max of ``auroc`` /
   ``ece_scaled_fixed``. Columns: model, dataset, fraction, mean, std, min, max.
 """
 
@@ -22,19 +18,12 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from prism_plugin.errors import PrismError
 from prism_plugin.hookspecs import hookimpl
-from prism_plugin.summaries.cri import DATASET_ORDER, model_order, order_like
+from prism_plugin.summaries.conventions import DATASET_ORDER, model_order, order_like, require_columns
 from prism_plugin.tables import RunTables, SummaryOutput
 
 THRESHOLDS: tuple[float, ...] = (0.4, 0.5, 0.6, 0.7, 0.8)
 SEED_STATS = ["mean", "std", "min", "max"]
-
-
-def _require(df: pd.DataFrame, columns: Iterable[str], what: str = "in-distribution") -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise PrismError(f"{what} table lacks column(s) {', '.join(missing)}")
 
 
 def threshold_column(threshold: float) -> str:
@@ -44,7 +33,7 @@ def threshold_column(threshold: float) -> str:
 
 def breaking_points_by_threshold(indomain: pd.DataFrame, thresholds: Iterable[float] = THRESHOLDS) -> pd.DataFrame:
     """The ``breaking_points_by_threshold`` table of §6.15 (see module docstring)."""
-    _require(indomain, ["model", "dataset", "fraction", "f1_macro"])
+    require_columns(indomain, ["model", "dataset", "fraction", "f1_macro"], "in-distribution")
     thresholds = [float(t) for t in thresholds]
     cols = ["dataset", "model"] + [threshold_column(t) for t in thresholds]
     means = indomain.groupby(["dataset", "model", "fraction"], sort=True)["f1_macro"].mean()
@@ -67,10 +56,9 @@ def breaking_points_by_threshold(indomain: pd.DataFrame, thresholds: Iterable[fl
 
 
 def breaking_point_moves(table: pd.DataFrame) -> pd.DataFrame:
-    """Per dataset of a ``breaking_points_by_threshold`` table: ``moves_by`` =
-    mean over models with ≥ 2 reached thresholds of (max − min reached
-    fraction), ``n_models`` = how many models qualified. ``moves_by`` is NaN
-    (not defined) when none qualified. Rows in the table's dataset order."""
+    """Per dataset of a ``breaking_points_by_threshold`` table: ``moves_by`` = mean over models with ≥ 2 reached
+    thresholds of (max − min reached fraction), ``n_models`` = how many models qualified. ``moves_by`` is NaN (not
+    defined) when none qualified. Rows in the table's dataset order."""
     thr = [c for c in table.columns if c.startswith("thr_")]
     rows = []
     for dataset in pd.unique(table["dataset"]):
@@ -87,14 +75,14 @@ def breaking_point_moves(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _seed_variability(indomain: pd.DataFrame, column: str) -> pd.DataFrame:
-    _require(indomain, ["model", "dataset", "fraction", column])
+    require_columns(indomain, ["model", "dataset", "fraction", column], "in-distribution")
     out = indomain.groupby(["model", "dataset", "fraction"], sort=True)[column].agg(SEED_STATS).reset_index()
     return out[["model", "dataset", "fraction", *SEED_STATS]]
 
 
 def seed_variability_auroc(indomain: pd.DataFrame) -> pd.DataFrame:
-    """``seed_variability_auroc`` of §6.16: mean/std(ddof=1)/min/max of ``auroc``
-    per (model, dataset, fraction), sorted group order."""
+    """``seed_variability_auroc`` of §6.16: mean/std(ddof=1)/min/max of ``auroc`` per (model, dataset, fraction),
+    sorted group order."""
     return _seed_variability(indomain, "auroc")
 
 
@@ -107,11 +95,14 @@ def _headline_key(dataset: Any) -> str:
     return "breaking_point_moves_by_" + "".join(ch if ch.isalnum() else "_" for ch in str(dataset))
 
 
+#: the leaderboard page reads the breaking points (:func:`prism_plugin.summaries.engine.summary_plugins`)
+LEADERBOARD = True
+
+
 @hookimpl
 def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | None:
-    """``breaking_points_by_threshold``, ``seed_variability_auroc`` and
-    ``seed_variability_ece`` from the in-distribution runs; headline
-    ``breaking_point_moves_by_<dataset>`` per dataset where defined. Option
+    """``breaking_points_by_threshold``, ``seed_variability_auroc`` and ``seed_variability_ece`` from the
+    in-distribution runs; headline ``breaking_point_moves_by_<dataset>`` per dataset where defined. Option
     ``breaking_point_thresholds`` replaces the default thresholds."""
     ind = tables.indomain
     if ind is None:

@@ -3,30 +3,26 @@
 Conventions, exactly as the protocol:
 
 * A **cell** is (model, dataset-or-pair, fraction); its value is the seed mean
-  (:func:`~prism_plugin.summaries.decoupling.seed_means`: ``math.fsum`` of
-  the runs / count). A **run** is one row. Fractions are matched after
-  rounding to 9 decimals.
-* **Scaling fails / worsens** a cell: seed-mean ``ece_scaled_fixed`` >
-  seed-mean ``ece_fixed`` (strict). Nearby definitions are counted too, as
-  separate rows: adaptive bins (seed-mean ``ece_scaled_adaptive`` > seed-mean
-  ``ece_adaptive``), majority of seeds (more than half of the cell's runs have
-  ``ece_scaled_fixed > ece_fixed``), per run.
-* **T < 1** is read only on multiclass cells (``n_classes > 2``), with the
-  seed-mean ``temperature``; binary cells (``n_classes == 2``) use the
-  [−d, d] logit convention where T = 2 is the identity, so they are counted
-  against both 1 (for comparison) and 2 ("sharpened" = T < 2).
-* **Transfer** (``tables.transfer``, label-definition pairs): cells and runs
-  where the source-fitted T worsens target ECE; (model, pair) combinations at
-  the smallest and largest fraction and on the all-fraction mean (mean of the
-  combination's cell means); per pair, models worsened at the largest fraction.
-* **Camelyon17** (``tables.camelyon17_transfer``): share of runs (and cells)
-  where ``ece_scaled_fixed > ece_fixed``.
-* Counts that cannot be computed (a column or table missing) become headline
-  strings ``"not defined: <reason>"`` and a note.
+  (:func:`~prism_plugin.summaries.conventions.seed_means`: ``math.fsum`` of the runs / count). A **run** is one
+  row. Fractions are matched after rounding to 9 decimals.
+* **Scaling fails / worsens** a cell: seed-mean ``ece_scaled_fixed`` > seed-mean ``ece_fixed`` (strict). Nearby
+  definitions are counted too, as separate rows: adaptive bins (seed-mean ``ece_scaled_adaptive`` > seed-mean
+  ``ece_adaptive``), majority of seeds (more than half of the cell's runs have ``ece_scaled_fixed > ece_fixed``),
+  per run.
+* **T < 1** is read only on multiclass cells (``n_classes > 2``), with the seed-mean ``temperature``; binary cells
+  (``n_classes == 2``) use the [−d, d] logit convention where T = 2 is the identity, so they are counted against
+  both 1 (for comparison) and 2 ("sharpened" = T < 2).
+* **Transfer** (``tables.transfer``, label-definition pairs): cells and runs where the source-fitted T worsens
+  target ECE; (model, pair) combinations at the smallest and largest fraction and on the all-fraction mean (mean of
+  the combination's cell means); per pair, models worsened at the largest fraction.
+* **Camelyon17** (``tables.camelyon17_transfer``): share of runs (and cells) where ``ece_scaled_fixed >
+  ece_fixed``.
+* Counts that cannot be computed (a column or table missing) become headline strings ``"not defined: <reason>"``
+  and a note.
 
-Public function: :func:`temperature_scaling_counts` (returns the table and the
-headline dict). Table ``temperature_scaling_counts`` columns: scope, subset,
-unit, rule, count, total, percent (= 100·count/total, unrounded).
+Public function: :func:`temperature_scaling_counts` (returns the table and the headline dict). Table
+``temperature_scaling_counts`` columns: scope, subset, unit, rule, count, total, percent (= 100·count/total,
+unrounded).
 """
 
 from __future__ import annotations
@@ -37,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from prism_plugin.hookspecs import hookimpl
-from prism_plugin.summaries.decoupling import (
+from prism_plugin.summaries.conventions import (
     dataset_order, first_appearance, fraction_pct, normalise_fractions, not_defined, seed_means,
 )
 from prism_plugin.tables import RunTables, SummaryOutput
@@ -199,16 +195,14 @@ def temperature_scaling_counts(tables: RunTables) -> tuple[pd.DataFrame, dict[st
     """All §6.12 counts from whichever of ``indomain``, ``transfer`` and
     ``camelyon17_transfer`` are present: (table, headline, notes).
 
-    Headline keys (each count ``k`` also has ``k_total`` and ``k_pct``):
-    ``ts_indomain_cells_worse`` (49 of 288) and ``ts_indomain_cells_worse_<dataset>``;
-    ``ts_indomain_cells_worse_adaptive`` / ``_majority``, ``ts_indomain_runs_worse``;
-    ``ts_multiclass_cells_T_lt_1`` (189 of 192), ``ts_multiclass_cells_T_ge_1``
-    (the exceptions, "dataset pct model; …"), ``ts_multiclass_runs_T_lt_1``;
-    ``ts_binary_cells_T_lt_1`` / ``_T_lt_2``; ``ts_transfer_cells_worse`` (117 of
-    192), ``ts_transfer_runs_worse``, ``ts_transfer_combos_worse_<pct>`` at the
+    Headline keys (each count ``k`` also has ``k_total`` and ``k_pct``): ``ts_indomain_cells_worse`` (49 of 288)
+    and ``ts_indomain_cells_worse_<dataset>``; ``ts_indomain_cells_worse_adaptive`` / ``_majority``,
+    ``ts_indomain_runs_worse``; ``ts_multiclass_cells_T_lt_1`` (189 of 192), ``ts_multiclass_cells_T_ge_1`` (the
+    exceptions, "dataset pct model; …"), ``ts_multiclass_runs_T_lt_1``; ``ts_binary_cells_T_lt_1`` / ``_T_lt_2``;
+    ``ts_transfer_cells_worse`` (117 of 192), ``ts_transfer_runs_worse``, ``ts_transfer_combos_worse_<pct>`` at the
     smallest and largest fraction, ``ts_transfer_combos_worse_allfractions``,
-    ``ts_transfer_models_worse_<pair>_<pct>`` at the largest fraction;
-    ``ts_camelyon17_runs_worse``, ``ts_camelyon17_cells_worse``.
+    ``ts_transfer_models_worse_<pair>_<pct>`` at the largest fraction; ``ts_camelyon17_runs_worse``,
+    ``ts_camelyon17_cells_worse``.
     """
     c = _Counter()
     if tables.indomain is not None:

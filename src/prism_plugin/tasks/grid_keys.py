@@ -1,23 +1,21 @@
 """The protocol's grid-dimension task keys: ``split_seeds`` and ``probes`` (registered in
 :mod:`prism_plugin.tasks.keys`).
 
-* ``split_seeds: [0, 1, 2, 3, 4]`` -- the task's ``split:`` procedure runs once per value (its
-  ``split.seed`` takes each in turn), and the whole grid runs on each resulting set of splits. Every
-  run row gets a ``split_seed`` column. An in-domain task needs a ``split:`` procedure; a transfer
-  task needs one on its source task (checked by the task index, which links the two). For a
-  transfer task only the **source** split follows the split seed: the target is evaluated on its own
-  held-out split at the target task's ``split.seed`` for every split seed, so every source split is
-  scored on the same target examples (what a paired bootstrap over target examples averaged over
+* ``split_seeds: [0, 1, 2, 3, 4]`` -- the task's ``split:`` procedure runs once per value (its ``split.seed`` takes
+  each in turn), and the whole grid runs on each resulting set of splits. Every run row gets a ``split_seed``
+  column. An in-domain task needs a ``split:`` procedure; a transfer task needs one on its source task (checked by
+  the task index, which links the two). For a transfer task only the **source** split follows the split seed: the
+  target is evaluated on its own held-out split at the target task's ``split.seed`` for every split seed, so every
+  source split is scored on the same target examples (what a paired bootstrap over target examples averaged over
   split seeds needs).
-* ``probes: [logistic_std, knn1]`` -- the grid runs once per probe (the ``probe`` column names the
-  kind). An entry is a head kind (a bare kind takes the task's ``probe`` settings when it is the
-  kind the ``probe`` mapping was written for, else the head's defaults) or a mapping ``{kind, C,
-  max_iter, ...}`` validated as ``probe:`` is. Each kind at most once (a run is told apart by its
-  ``probe`` column); a sweep over a setting is ``sweep:``. ``--probe KIND`` replaces the list by one
-  probe; ``probes: null`` (``--set probes=null``) switches it off.
+* ``probes: [logistic_std, knn1]`` -- the grid runs once per probe (the ``probe`` column names the kind). An entry
+  is a head kind (a bare kind takes the task's ``probe`` settings when it is the kind the ``probe`` mapping was
+  written for, else the head's defaults) or a mapping ``{kind, C, max_iter, ...}`` validated as ``probe:`` is. Each
+  kind at most once (a run is told apart by its ``probe`` column); a sweep over a setting is ``sweep:``. ``--probe
+  KIND`` replaces the list by one probe; ``probes: null`` (``--set probes=null``) switches it off.
 
-With either key a run's id gains ``-split<S>`` / ``-<kind>`` (:func:`prism_plugin.protocol.grid.run_id`);
-tasks without them keep their ids, cells and ``runs.csv`` exactly.
+With either key a run's id gains ``-split<S>`` / ``-<kind>`` (:func:`prism_plugin.protocol.grid.run_id`); tasks
+without them keep their ids, cells and ``runs.csv`` exactly.
 """
 
 from __future__ import annotations

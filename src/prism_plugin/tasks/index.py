@@ -1,19 +1,14 @@
 """The task index: which tasks and groups exist, in which file, under which search path.
 
-Search order: the user's ``--include-path`` folders first, then folders that
-plugins return from the ``task_paths`` hook (the built-in catalogue among them).
-The first file that defines a name wins. Files whose name starts with ``_`` are
-include-only fragments, never tasks by themselves.
+Search order: the user's ``--include-path`` folders first, then folders that plugins return from the ``task_paths``
+hook (the built-in catalogue among them). The first file that defines a name wins. Files whose name starts with
+``_`` are include-only fragments, never tasks by themselves.
 
-A **group** file has ``group: NAME`` and ``tasks: [...]`` (task or group names)
-and may set protocol keys (:data:`PROPAGATED_KEYS`) that every member
-inherits. Precedence, lowest to highest: a member's included fragments
-(e.g. ``_prism_protocol.yaml``) < the outer group < the inner group < the
-member file's own keys < ``--set``. :meth:`TaskIndex.expand` turns a group into
-its member tasks, in order.
-
-A ``sweep:`` key (variants of one task over parameter values) is not part of
-this module yet; it would expand in :meth:`TaskIndex.expand` next to groups.
+A **group** file has ``group: NAME`` and ``tasks: [...]`` (task or group names) and may set protocol keys
+(:data:`PROPAGATED_KEYS`) that every member inherits. Precedence, lowest to highest: a member's included fragments
+(e.g. ``_prism_protocol.yaml``) < the outer group < the inner group < the member file's own keys < ``--set``.
+:meth:`TaskIndex.expand` turns a group into its member tasks, in order (a ``sweep:`` task's variants:
+:mod:`.sweep`). How the layers combine: :mod:`.layers`.
 """
 
 from __future__ import annotations
@@ -28,7 +23,10 @@ from typing import Any, Iterable
 import yaml
 
 from prism_plugin.errors import PrismError, UnknownNameError, suggest
-from prism_plugin.tasks.loader import Located, deep_merge, parse_yaml, read_task_text, resolve_includes
+from prism_plugin.tasks.layers import (
+    WHERE_ONLY, apply_overrides, delete_path, inherit, is_parent, leaves, parse_override, reset_replaced_source,
+)
+from prism_plugin.tasks.loader import MAX_NESTING, Located, nesting_depth, parse_yaml, read_task_text, resolve_includes
 from prism_plugin.paths import name_problem, safe_component, short_repr
 from prism_plugin.tasks.schema import TaskConfig, build_task
 
@@ -39,8 +37,6 @@ GROUP_KEYS = frozenset({"group", "description", "tasks", "include", "tags", *PRO
 #: ``--set`` keys that a transfer task hands to its source and target tasks (it has no data of its own).
 FORWARDED_TO_MEMBERS = ("split",)
 MAX_PROBLEMS = 25
-SET_FILE = Path("--set")
-_WHERE_ONLY = object()  # an inherited entry that only says where a parent key was written
 
 
 @dataclass(frozen=True)
@@ -99,140 +95,12 @@ class GroupConfig:
         return f"{len(self.tasks)} task{'s' if len(self.tasks) != 1 else ''}, {self.n_runs} runs"
 
 
-def parse_override(text: str) -> tuple[str, Any]:
-    """``probe.C=0.1`` -> ("probe.C", 0.1); values are YAML scalars or flow lists."""
-    if "=" not in text:
-        raise PrismError(f"--set {text!r}: expected KEY=VALUE, e.g. --set probe.C=0.1")
-    key, raw = text.split("=", 1)
-    key = key.strip()
-    if not key or any(not part for part in key.split(".")):
-        raise PrismError(f"--set {text!r}: the key is empty")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        raise PrismError(f"--set {text!r}: the value is not valid YAML (use [0.01,0.1] for lists)") from None
-    return key, value
-
-
-def _leaves(value: Any, prefix: str) -> list[tuple[str, Any]]:
-    if isinstance(value, dict) and value:
-        out = []
-        for k, v in value.items():
-            out.extend(_leaves(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return [(prefix, value)]
-
-
-def apply_overrides(located: Located, overrides: Iterable[str]) -> Located:
-    data = located.data
-    lines, files = dict(located.lines), dict(located.files)
-    for text in overrides:
-        key, value = parse_override(text)
-        nested: Any = value
-        for part in reversed(key.split(".")):
-            nested = {part: nested}
-        data = deep_merge(data, nested)
-        for path, _ in [(key, value)] + _leaves(value, key):
-            lines.setdefault(path, 0)
-            files[path] = SET_FILE
-    return Located(data, located.file, lines, files)
-
-
-def _get_path(data: dict, path: str) -> tuple[dict | None, str]:
-    parts = path.split(".")
-    node: Any = data
-    for part in parts[:-1]:
-        if not isinstance(node, dict) or part not in node:
-            return None, parts[-1]
-        node = node[part]
-    return (node if isinstance(node, dict) else None), parts[-1]
-
-
-def _delete_path(data: dict, path: str) -> bool:
-    parent, last = _get_path(data, path)
-    if parent is None or last not in parent:
-        return False
-    del parent[last]
-    return True
-
-
-def _set_path(data: dict, path: str, value: Any) -> None:
-    parts = path.split(".")
-    node = data
-    for part in parts[:-1]:
-        if not isinstance(node.get(part), dict):
-            node[part] = {}
-        node = node[part]
-    node[parts[-1]] = copy.deepcopy(value)
-
-
-def _is_parent(a: str, b: str) -> bool:
-    """Is key path ``a`` equal to or above ``b``?"""
-    return a == b or b.startswith(a + ".")
-
-
-def _rank(file: Any, own: Path) -> int:
-    """Precedence of the layer that set a key: --set 3, the task's own file 2, an include 1."""
-    if file is None:
-        return 0
-    if Path(file) == SET_FILE:
-        return 3
-    try:
-        return 2 if Path(file).resolve() == own else 1
-    except OSError:  # pragma: no cover
-        return 1
-
-
-def _reset_replaced_source(located: Located, host=None) -> Located:
-    """A layer that sets ``source.type`` switches the source: options of lower layers (an included file, or the
-    task file under ``--set``) that the new type does not take are dropped instead of reported."""
-    from prism_plugin.data.catalogue import accepted_options
-
-    source = located.data.get("source")
-    kind = source.get("type") if isinstance(source, dict) else None
-    if not isinstance(kind, str) or "source.type" not in located.files:
-        return located
-    accepted = accepted_options(kind, host)
-    if accepted is None:  # unknown type (reported by the schema) or precomputed
-        return located
-    own = located.file.resolve()
-    type_rank = _rank(located.files.get("source.type"), own)
-    drop = [k for k in source if k != "type" and k not in accepted
-            and max((_rank(f, own) for p, f in located.files.items() if _is_parent(f"source.{k}", p)), default=0)
-            < type_rank]
-    if not drop:
-        return located
-    data = copy.deepcopy(located.data)
-    for k in drop:
-        del data["source"][k]
-    return Located(data, located.file, dict(located.lines), dict(located.files))
-
-
-def _inherit(located: Located, inherited: dict[str, tuple[Any, Path, int]]) -> Located:
-    """Group keys fill every leaf the member's own file does not set (fragments it includes lose)."""
-    if not inherited:
-        return located
-    own = located.file.resolve()
-    data = copy.deepcopy(located.data)
-    lines, files = dict(located.lines), dict(located.files)
-    for path, (value, gfile, gline) in inherited.items():
-        if value is _WHERE_ONLY or _rank(files.get(path), own) >= 2:
-            continue
-        _set_path(data, path, value)
-        lines[path], files[path] = gline, gfile
-        parts = path.split(".")
-        for i in range(1, len(parts)):  # parent keys point at the group too (for errors about the whole value)
-            parent = ".".join(parts[:i])
-            if parent in inherited and _rank(files.get(parent), own) < 2:
-                lines[parent], files[parent] = inherited[parent][2], inherited[parent][1]
-    return Located(data, located.file, lines, files)
-
-
 def _head(file: Path) -> Any:
     """The file's top-level mapping for the index (None when it is no readable task file: a folder,
     a fifo, a binary or huge file, broken YAML; `validate` reports why)."""
     try:
-        return yaml.safe_load(read_task_text(file))
+        text = read_task_text(file)
+        return yaml.safe_load(text) if nesting_depth(text) <= MAX_NESTING else None
     except (PrismError, yaml.YAMLError, OSError, ValueError, RecursionError):
         return None
 
@@ -244,7 +112,8 @@ def _is_group_head(head: Any) -> bool:
 def _item_lines(file: Path, key: str) -> list[int]:
     """1-based line of every item of the top-level sequence ``key`` (empty if it cannot be found)."""
     try:
-        node = yaml.compose(read_task_text(file), Loader=yaml.SafeLoader)
+        text = read_task_text(file)
+        node = yaml.compose(text, Loader=yaml.SafeLoader) if nesting_depth(text) <= MAX_NESTING else None
     except (PrismError, yaml.YAMLError, OSError, ValueError, RecursionError):
         return []
     if not isinstance(node, yaml.MappingNode):
@@ -387,9 +256,9 @@ class TaskIndex:
         if located.data.get("kind") == "transfer":
             forwarded = [o for o in overrides if parse_override(o)[0].split(".")[0] in FORWARDED_TO_MEMBERS]
             overrides = [o for o in overrides if o not in forwarded]
-        located = _inherit(located, inherited or {})
+        located = inherit(located, inherited or {})
         located = apply_overrides(located, overrides)
-        located = _reset_replaced_source(located, self.host)
+        located = reset_replaced_source(located, self.host)
         task = self._build(located, self.host)
         self._warn_file_shadow("task", task.name, file)
         if task.is_transfer:
@@ -441,12 +310,12 @@ class TaskIndex:
                 keys: list[str] = []
                 for err in getattr(exc, "errors", None) or [exc]:
                     key = getattr(err, "key", None)
-                    if round_ and (key is None or any(_is_parent(key, r) or _is_parent(r, key) for r in removed)):
+                    if round_ and (key is None or any(is_parent(key, r) or is_parent(r, key) for r in removed)):
                         continue  # a consequence of a key removed to look past an earlier problem
                     lines.extend(line for line in str(err).split("\n") if line.strip() and line not in lines)
                     if key:
                         keys.append(key)
-                deleted = [k for k in dict.fromkeys(keys) if _delete_path(data, k)]
+                deleted = [k for k in dict.fromkeys(keys) if delete_path(data, k)]
                 if not deleted:
                     break
                 removed.extend(deleted)
@@ -459,12 +328,11 @@ class TaskIndex:
     def _resolve_transfer(self, task: TaskConfig, forwarded: Iterable[str] = (), located: Located | None = None) -> None:
         """Attach the source and target task configs, default the pair names and check the link.
 
-        ``src``/``tgt`` are what OOD stability and the CRI match against the in-distribution
-        runs (the source's ``dataset``, or for Camelyon17 its ``hospital`` column): a ``src``
-        that names neither the source task's dataset nor one of its identity ``columns``
-        values would silently drop the pair from both, so it is an error naming both tasks and
-        files. A pair meant to stand outside OOD stability (a label-definition variant such as
-        BRACS-DCIS+IC->CRC) says so with ``ood_stability: false``.
+        ``src``/``tgt`` are what OOD stability and the CRI match against the in-distribution runs (the source's
+        ``dataset``, or for Camelyon17 its ``hospital`` column): a ``src`` that names neither the source task's
+        dataset nor one of its identity ``columns`` values would silently drop the pair from both, so it is an
+        error naming both tasks and files. A pair meant to stand outside OOD stability (a label-definition variant
+        such as BRACS-DCIS+IC->CRC) says so with ``ood_stability: false``.
         """
         where = located.where if located is not None else (lambda key: task.file)
         for role in ("source", "target"):
@@ -591,12 +459,12 @@ class TaskIndex:
         own: dict[str, tuple[Any, Path, int]] = {}
         for key in PROPAGATED_KEYS:
             if key in d:
-                for path, value in _leaves(d[key], key):
+                for path, value in leaves(d[key], key):
                     own[path] = (value, located.files.get(path, located.files.get(key, file)),
                                  located.lines.get(path, located.lines.get(key, 0)))
                 for path in located.lines:
-                    if _is_parent(key, path) and path not in own:
-                        own[path] = (_WHERE_ONLY, located.files.get(path, file), located.lines[path])
+                    if is_parent(key, path) and path not in own:
+                        own[path] = (WHERE_ONLY, located.files.get(path, file), located.lines[path])
         merged = {**inherited, **own}
         item_lines = _item_lines(file, "tasks") if located.files.get("tasks", file) == file else []
         here = stack + (name,)

@@ -97,12 +97,6 @@ def _probes(value: Any, ctx: TaskKeyContext):
     return check_probes(value, ctx)
 
 
-def _bootstrap(value: Any, ctx: TaskKeyContext):
-    from prism_plugin.metrics.bootstrap import check_task_key
-
-    return check_task_key(value, ctx)
-
-
 def _probability_dtype(value: Any, ctx: TaskKeyContext):
     from prism_plugin.errors import PrismError
     from prism_plugin.protocol.float32_path import check_probability_dtype
@@ -127,8 +121,6 @@ def register_task_keys(register) -> None:
     register("probability_dtype", _probability_dtype, description="float32: Brier and every ECE column on the "
              "reference's floating-point path (float32 predict_proba output), equal to it bit for bit; float64 (absent) "
              "does the metric arithmetic in float64 (differences of about 1e-8)")
-    register("bootstrap", _bootstrap, description="test-set bootstrap intervals of every metric: {n: 200, seed: 0, "
-             "level: 0.95} (stratified percentile, temperature fixed; n: 0 switches them off); --bootstrap N sets n")
     register("shift", _shift, kinds=("transfer",), description="what differs between source and target: covariate "
              "(site, scanner, stain), label_definition (the classes are defined differently) or prior (class "
              "proportions); the verdict compares only label_definition transfers with the PRISM bands", results=False)

@@ -1,8 +1,7 @@
 """YAML loading with line numbers, ``include:`` resolution and safe parsing only.
 
-YAML is parsed with PyYAML's *safe* composer: tags that would build Python
-objects are rejected, so no task file can execute code. Every mapping key keeps
-its line number, so schema errors can say ``file:line: key``.
+YAML is parsed with PyYAML's *safe* composer: tags that would build Python objects are rejected, so no task file
+can execute code. Every mapping key keeps its line number, so schema errors can say ``file:line: key``.
 """
 
 from __future__ import annotations
@@ -18,6 +17,8 @@ from prism_plugin.errors import PrismError
 MAX_INCLUDE_DEPTH = 32
 #: A task file (or an include) is a few kB; anything larger is not a task file.
 MAX_FILE_BYTES = 1024 * 1024
+#: How deeply collections may nest: checked on the text before parsing, so no parser recursion runs deep.
+MAX_NESTING = 64
 #: The file name endings an include may name (``include: _base`` means ``_base.yaml``).
 TASK_SUFFIXES = (".yaml", ".yml")
 #: A task file is a few dozen values: bound what aliases may expand to, and nesting.
@@ -120,10 +121,42 @@ def read_task_text(file: Path, what: str = "task file") -> str:
         raise PrismError(f"{file}: is not UTF-8 text (byte {exc.start}); a {what} is UTF-8 YAML") from None
 
 
+def nesting_depth(text: str) -> int:
+    """An upper bound of how deeply the YAML text nests: block indentation levels plus open flow brackets
+    (outside quotes and comments). Cheap and recursion-free."""
+    indents, flow, deepest = [0], 0, 0
+    for line in text.splitlines():
+        body = line.lstrip(" ")
+        if flow == 0 and body and not body.startswith("#"):
+            indent = len(line) - len(body)
+            while indent < indents[-1]:
+                indents.pop()
+            if indent > indents[-1]:
+                indents.append(indent)
+        quote, prev = "", " "
+        for ch in body:
+            if quote:
+                quote = "" if ch == quote and prev != "\\" else quote
+            elif ch in "'\"":
+                quote = ch
+            elif ch == "#" and prev in " \t":
+                break
+            elif ch in "[{":
+                flow += 1
+            elif ch in "]}":
+                flow = max(flow - 1, 0)
+            deepest = max(deepest, len(indents) + flow)
+            prev = ch
+    return deepest
+
+
 def parse_yaml(file: Path) -> Located:
     """Parse one YAML file safely, recording key lines."""
     file = Path(file)
     text = read_task_text(file)
+    depth = nesting_depth(text)
+    if depth > MAX_NESTING:
+        raise PrismError(f"{file}: YAML cannot be parsed (collections nest {depth} deep; at most {MAX_NESTING})")
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -185,12 +218,11 @@ def resolve_includes(located: Located, search_paths: list[Path], _stack: tuple[P
                      _roots: tuple[Path, ...] | None = None) -> Located:
     """Apply ``include:`` (a file or list of files; local keys win), recursively, cycle-checked.
 
-    Confinement: an include names a ``.yaml``/``.yml`` file (``_base`` means ``_base.yaml``) that,
-    after following symlinks, lies inside the folder of the task file being loaded (and below)
-    or inside a task search path, whether written relative or absolute. Relative names resolve
-    next to the including file, then in the search paths. Anything else (``/etc/passwd``,
-    ``../../x.yaml``, a symlink out of the tree, a folder, a binary or huge file) is refused in
-    one line naming the including file and line; the content of a refused file is never read.
+    Confinement: an include names a ``.yaml``/``.yml`` file (``_base`` means ``_base.yaml``) that, after following
+    symlinks, lies inside the folder of the task file being loaded (and below) or inside a task search path,
+    whether written relative or absolute. Relative names resolve next to the including file, then in the search
+    paths. Anything else (``/etc/passwd``, ``../../x.yaml``, a symlink out of the tree, a folder, a binary or huge
+    file) is refused in one line naming the including file and line; the content of a refused file is never read.
     """
     data = dict(located.data)
     inc = data.pop("include", None)

@@ -1,7 +1,6 @@
 """The typed task schema: one place that turns a YAML mapping into a :class:`TaskConfig`.
 
-Every error names the file, the line and the key, and suggests the closest
-known key for typos.
+Every error names the file, the line and the key, and suggests the closest known key for typos.
 """
 
 from __future__ import annotations
@@ -14,13 +13,15 @@ from typing import Any, Callable, Mapping
 from prism_plugin.data.catalogue import check_source_spec
 from prism_plugin.data.splits import check_split_spec
 from prism_plugin.errors import PrismError, suggest
+from prism_plugin.heads.base import resolve_probe
+from prism_plugin.heads.logistic import DEFAULT_PROBE
 from prism_plugin.paths import name_problem, relative_key_problem, short_repr
 from prism_plugin.registrars import TASK_KINDS
 from prism_plugin.protocol.grid import DEFAULT_FRACTIONS, DEFAULT_SEEDS
+from prism_plugin.protocol.settings import check_fractions, check_seeds
 from prism_plugin.tasks.loader import Located
 
 SPLIT_NAMES = ("train", "val", "test")
-MAX_SEED = 2**32 - 1
 
 #: The protocol's own keys. Every other top-level key is a plugin's: the task-key registry
 #: (``register_task_keys``; built in: adaptation, priors, sweep in :mod:`prism_plugin.tasks.keys`).
@@ -34,7 +35,6 @@ CORE_KEYS = {
 }
 TRANSFER_ONLY = {"source_task", "target_task", "source_labels", "target_labels", "src", "tgt", "pair", "target_split",
                  "ood_stability"}
-PROBE_KEYS = {"kind", "C", "max_iter", "tol", "backend"}
 SPLIT_KEYS = {"name", "size", "class_counts"}
 
 
@@ -61,7 +61,7 @@ class TaskConfig:
     embeddings_key: str = ""
     label_fractions: tuple[float, ...] = DEFAULT_FRACTIONS
     seeds: tuple[int, ...] = DEFAULT_SEEDS
-    probe: dict[str, Any] = field(default_factory=lambda: {"kind": "logistic", "C": 1.0, "max_iter": 1000})
+    probe: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_PROBE))
     ece_bins: int = 15
     binary_logits: str = "symmetric"
     temperature_bounds: tuple[float, float] = (0.1, 10.0)
@@ -71,7 +71,7 @@ class TaskConfig:
     columns: dict[str, Any] = field(default_factory=dict)
     #: which results_v2 per-run table these runs belong to (for summaries/findings)
     reference_table: str = ""
-    #: how task splits are carved from the source (``split:`` procedure; prism_plugin.data.sources)
+    #: how task splits are carved from the source (``split:`` procedure; prism_plugin.data.splits)
     split: dict[str, Any] | None = None
     #: adaptation plugin: methods/analyses (None = the plugin's default) and the class-prior stress test
     adaptation: tuple[str, ...] | None = None
@@ -136,10 +136,6 @@ class TaskConfig:
             parts.append(f"{len(self.probes)} probe{'s' if len(self.probes) != 1 else ''} ({kinds})")
         parts += [f"{len(self.label_fractions)} fractions", f"{len(self.seeds)} seeds"]
         return " x ".join(parts) + f" = {self.n_runs} runs"
-
-    @property
-    def has_val(self) -> bool:
-        return "val" in self.splits
 
 
 class Checker:
@@ -398,28 +394,11 @@ def _splits(d: dict, c: Checker, n_classes: int | None) -> dict[str, SplitConfig
 
 def _protocol_settings(d: dict, c: Checker, n_classes: int) -> dict[str, Any]:
     """Keys shared by every task kind: grid, probe, ECE, temperature, extra columns."""
-    def fractions_of() -> tuple[float, ...]:
-        raw = d["label_fractions"]
-        if not isinstance(raw, list) or not raw:
-            raise c.fail("label_fractions", "must be a non-empty list of numbers in (0, 1]")
-        out = tuple(c.number(v, "label_fractions", 0.0, 1.0, lo_open=True) for v in raw)
-        if len({f"{f:g}" for f in out}) != len(out):  # run ids / cell files use 6 digits
-            raise c.fail("label_fractions", "contains duplicates (values equal to 6 significant digits)")
-        return out
-    fractions = c.attempt(fractions_of, DEFAULT_FRACTIONS) if "label_fractions" in d else DEFAULT_FRACTIONS
+    fractions = c.attempt(lambda: check_fractions(d.get("label_fractions", DEFAULT_FRACTIONS),
+                                                  lambda m: c.fail("label_fractions", m)), DEFAULT_FRACTIONS)
+    seeds = c.attempt(lambda: check_seeds(d.get("seeds", DEFAULT_SEEDS), lambda m: c.fail("seeds", m)), DEFAULT_SEEDS)
 
-    def seeds_of() -> tuple[int, ...]:
-        raw = d["seeds"]
-        if not isinstance(raw, list) or not raw:
-            raise c.fail("seeds", "must be a non-empty list of integers")
-        out = tuple(c.integer(v, "seeds", 0, MAX_SEED) for v in raw)
-        if len(set(out)) != len(out):
-            raise c.fail("seeds", "contains duplicates")
-        return out
-    seeds = c.attempt(seeds_of, DEFAULT_SEEDS) if "seeds" in d else DEFAULT_SEEDS
-
-    default_probe = {"kind": "logistic", "C": 1.0, "max_iter": 1000}
-    probe = c.attempt(lambda: normalise_probe(d["probe"], c), default_probe) if "probe" in d else default_probe
+    probe = c.attempt(lambda: normalise_probe(d.get("probe", {}), c), dict(DEFAULT_PROBE))
 
     ece_bins = c.attempt(lambda: c.integer(d.get("ece_bins", 15), "ece_bins", 1, 10_000), 15)
     binary_logits = d.get("binary_logits", "symmetric")
@@ -470,33 +449,26 @@ def _protocol_settings(d: dict, c: Checker, n_classes: int) -> dict[str, Any]:
 
 
 def normalise_probe(raw: Any, c: Checker, key: str = "probe") -> dict[str, Any]:
-    """A ``probe:`` mapping checked (the head kind against the heads registry; the logistic probe's
-    settings) and completed with the logistic defaults (``C`` 1, ``max_iter`` 1000). Problems name
-    ``key`` (``probe``; the ``probes`` key validator passes its own)."""
-    if not isinstance(raw, dict):
-        raise c.fail(key, "must be a mapping, e.g. {kind: logistic, C: 1.0}")
-    kind_p = raw.get("kind", "logistic")
-    c.string(kind_p, f"{key}.kind")
-    heads = c.host.registry("heads")
-    if kind_p not in heads:  # "unknown probe head 'mpl'; did you mean 'mlp'? (available: ...)"
-        try:
-            heads.get(kind_p)
-        except PrismError as exc:
-            c.add(c.fail(f"{key}.kind", str(exc)))
-    if kind_p == "logistic":
-        c.unknown(raw, PROBE_KEYS, f"{key}.")
-        if "C" in raw:
-            c.attempt(lambda: c.number(raw["C"], f"{key}.C", 0.0, 1e12, lo_open=True))
-        if "max_iter" in raw:
-            c.attempt(lambda: c.integer(raw["max_iter"], f"{key}.max_iter", 1, 10**7))
-        if "tol" in raw:
-            c.attempt(lambda: c.number(raw["tol"], f"{key}.tol", 0.0, 1.0, lo_open=True))
-        from prism_plugin.protocol.probe import BACKENDS
+    """A ``probe:`` mapping checked against its head's declared settings, defaults filled in
+    (:func:`~prism_plugin.heads.base.resolve_probe`); settings a lower layer than the ``kind`` set (an
+    include, the task file under ``--set``) for another head are dropped. Problems name ``key``."""
+    return resolve_probe(raw, c.host.registry("heads"), c.fail, key, _inherited(c.loc, key, raw))
 
-        if raw.get("backend", "sklearn") not in BACKENDS:
-            c.add(c.fail(f"{key}.backend", "must be 'sklearn' (reference, default), 'torch' or 'fast', got "
-                                           f"{short_repr(raw['backend'])}"))
-    return {**({"C": 1.0, "max_iter": 1000} if kind_p == "logistic" else {}), **raw, "kind": kind_p}
+
+def _inherited(loc: Located, key: str, raw: Any) -> set[str]:
+    """The settings of ``raw`` that a lower layer than its ``kind`` set (rank: --set, task file, include),
+    with that layer's value (a sweep's value is its own)."""
+    files = getattr(loc, "files", None) or {}
+    layer = loc.data.get(key) if isinstance(getattr(loc, "data", None), Mapping) else None
+    if not isinstance(raw, Mapping) or not isinstance(layer, Mapping) or f"{key}.kind" not in files:
+        return set()
+    own = Path(loc.file).resolve()
+
+    def rank(path: str) -> int:
+        f = files.get(path, files.get(key))
+        return 0 if f is None else 3 if str(f) == "--set" else 2 if Path(f).resolve() == own else 1
+    top = rank(f"{key}.kind")
+    return {k for k in raw if k != "kind" and k in layer and raw[k] == layer[k] and rank(f"{key}.{k}") < top}
 
 
 def _variant_settings(c: Checker, n_classes: int) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
@@ -594,12 +566,6 @@ def _build_transfer(located: Located, c: Checker) -> TaskConfig:
         target_split=target_split,
         **settings,
     )
-
-
-def task_from_file(path: Path, search_paths: list[Path], host=None) -> TaskConfig:
-    from prism_plugin.tasks.loader import parse_yaml, resolve_includes
-
-    return build_task(resolve_includes(parse_yaml(path), search_paths), host)
 
 
 def _key_list(allowed: set[str], width: int = 240) -> str:

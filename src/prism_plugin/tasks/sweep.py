@@ -1,13 +1,7 @@
 """Task sweeps: one YAML task expanded into one variant per value of a probe setting.
 
-A task may carry a ``sweep`` key naming one probe setting and the values to
-run it at::
-
-    sweep: {probe.C: [0.01, 0.1, 1, 10, 100]}         # the regularisation sweep (PROTOCOL §6.17)
-    sweep: {probe.kind: [logistic, mlp]}               # linear vs MLP probe on the same grid
-    sweep: {probe: [{kind: logistic}, {kind: mlp, hidden: 512}]}   # whole probe mappings
-
-The nested spelling ``sweep: {probe: {C: [...]}}`` (what ``--set sweep.probe.C=[...]``
+A task may carry ``sweep: {probe.C: [...]}`` (also ``probe.kind: [...]`` or whole ``probe: [{...}, ...]``
+mappings; docs/protocol.md). The nested spelling ``sweep: {probe: {C: [...]}}`` (what ``--set sweep.probe.C=[...]``
 produces) means the same as ``probe.C``. One setting per sweep; the values
 are validated with the task schema's own probe rules when the task is loaded.
 
@@ -15,10 +9,11 @@ are validated with the task schema's own probe rules when the task is loaded.
 ``<task>@<key>=<value>`` (e.g. ``prism_demo@probe.C=0.01``): each has its own
 results directory, the swept probe settings, no ``sweep`` of its own, and three
 extra identity columns in every run row: ``sweep_key`` (``probe.C``),
-``sweep_value`` (``0.01``) and, for C sweeps and logistic variants,
-``probe_C`` (the variant's C). A ``probe.kind`` sweep keeps the task's other probe
-settings only for the kind they were written for (an ``mlp`` variant of a
-``{kind: logistic, C: 1}`` probe runs with the MLP defaults).
+``sweep_value`` (``0.01``) and, for variants whose head has a C, ``probe_C`` (the
+variant's C). A ``probe.kind`` sweep keeps the task's other probe settings only for
+the kind they were written for (an ``mlp`` variant of a ``{kind: logistic, C: 1}``
+probe runs with the MLP defaults); a value the swept head does not declare is an
+error naming the setting and the head's settings.
 """
 
 from __future__ import annotations
@@ -28,6 +23,7 @@ import json
 from typing import Any, Callable, Iterable
 
 from prism_plugin.errors import PrismError
+from prism_plugin.heads.base import DEFAULT_KIND, probe_settings
 
 SWEEP_KEY = "sweep"
 MAX_VALUES = 100
@@ -62,10 +58,9 @@ def _flatten(raw: dict, prefix: str = "") -> dict[str, Any]:
 def parse_sweep(d: dict, checker, probe_of: Callable[[dict], dict]) -> dict[str, Any]:
     """Validate the ``sweep`` key of a task mapping ``d``.
 
-    ``checker`` is the schema's checker (for file:line locations);
-    ``probe_of(mapping)`` validates a task mapping and returns its normalised
-    ``probe``. Returns ``{}`` without a sweep, else ``{"key": ..., "values":
-    [...], "probes": [normalised probe of each value]}``.
+    ``checker`` is the schema's checker (for file:line locations); ``probe_of(mapping)`` validates a task mapping
+    and returns its normalised ``probe``. Returns ``{}`` without a sweep, else ``{"key": ..., "values": [...],
+    "probes": [normalised probe of each value]}``.
     """
     if SWEEP_KEY not in d:
         return {}
@@ -93,10 +88,7 @@ def parse_sweep(d: dict, checker, probe_of: Callable[[dict], dict]) -> dict[str,
     if dup:
         raise PrismError(f"{loc}: sweep.{key}: value {dup[0]} appears twice")
     base = d.get("probe") if isinstance(d.get("probe"), dict) else {}
-    base_kind = base.get("kind", "logistic")
-    if key == "probe.C" and base_kind == "mlp":
-        raise PrismError(f"{loc}: sweep.probe.C: the mlp probe head has no C (it ignores the logistic setting); "
-                         "sweep its L2 penalty instead, e.g. sweep: {probe.weight_decay: [1e-5, 1e-4, 1e-3]}")
+    base_kind = base.get("kind", DEFAULT_KIND)
     probes = []
     for value in values:
         if key == "probe":
@@ -133,7 +125,7 @@ def expand_task(task) -> list:
         columns = {**task.columns, "sweep_key": key,
                    "sweep_value": value if isinstance(value, (int, float, str)) and not isinstance(value, bool)
                    else format_value(value)}
-        if "C" in probe and (key == "probe.C" or probe.get("kind") == "logistic"):
+        if "C" in probe:  # the variant's C, when its head has one
             columns["probe_C"] = float(probe["C"])
         desc = f"{task.description} (sweep {key} = {format_value(value)})".strip()
         out.append(dataclasses.replace(task, name=variant_name(task.name, key, value), probe=dict(probe),
@@ -145,8 +137,7 @@ def check_probe(task, host) -> None:
     """Build each of the task's probe heads once (no fit; ``probe``, or every entry of ``probes``) so bad
     settings fail before any extraction."""
     for probe in getattr(task, "grid_probes", None) or (task.probe,):
-        settings = {k: v for k, v in probe.items() if k != "kind"}
-        kind = str(probe.get("kind", "logistic"))
+        settings, kind = probe_settings(probe), str(probe.get("kind", DEFAULT_KIND))
         factory = host.head_factory(kind)
         try:
             factory(seed=int(task.seeds[0]) if task.seeds else 0, **settings)
@@ -160,11 +151,10 @@ def check_probe(task, host) -> None:
 def expand_sweeps(tasks: Iterable, host=None) -> list:
     """Every task with its sweep expanded into variants (order kept; tasks without a sweep pass through).
 
-    Items are tasks or ``(group, task)`` pairs (as the task index's group
-    expansion yields them); a pair's variants keep its group. With ``host``
-    (a :class:`~prism_plugin.plugins.PluginHost`), every resulting task's probe
-    head is also built once, so an unknown head kind or a setting the head
-    rejects is reported before any embedding is extracted.
+    Items are tasks or ``(group, task)`` pairs (as the task index's group expansion yields them); a pair's variants
+    keep its group. With ``host`` (a :class:`~prism_plugin.plugins.PluginHost`), every resulting task's probe head
+    is also built once, so an unknown head kind or a setting the head rejects is reported before any embedding is
+    extracted.
     """
     out = []
     for item in tasks:

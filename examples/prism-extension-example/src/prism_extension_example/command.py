@@ -23,7 +23,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     import pandas as pd
 
-    from prism_plugin.tables import find_runs_files
+    from prism_plugin.results import find_runs_files
 
     files = find_runs_files(args.results_dirs)  # PrismError (one clear line) when there is none
     runs = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)

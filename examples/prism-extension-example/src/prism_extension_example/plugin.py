@@ -17,23 +17,35 @@ from pathlib import Path
 
 from prism_plugin import hookimpl
 
+from prism_extension_example import head
 from prism_extension_example import metrics as m
+from prism_extension_example import tables as t
 
 TASKS = Path(__file__).resolve().parent / "tasks"
+#: the task key the TTA method median_shift reads from its ``meta`` argument
+QUANTILE_KEY = "example_median_quantile"
+
+
+def check_quantile(value, ctx) -> float:
+    """The task-key validator of ``example_median_quantile``: a number in (0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < float(value) < 1:
+        raise ctx.fail(QUANTILE_KEY, f"must be a number strictly between 0 and 1, got {value!r}")
+    return float(value)
 
 
 # -- catalogues ----------------------------------------------------------------------------
 
 @hookimpl
 def register_heads(register):
-    # a probe head (probe: {kind: example_centroid}) with its traits
-    register("example_centroid", "prism_extension_example.head:CentroidHead", seed_invariant=True, linear=True,
+    # a probe head (probe: {kind: example_centroid, alpha: 0.5}) with its declared settings and traits
+    register("example_centroid", "prism_extension_example.head:CentroidHead", settings=head.SETTINGS,
+             seed_invariant=True, linear=True,
              description="nearest class mean as a linear softmax head (example plugin)")
 
 
 @hookimpl
 def register_adaptation(register):
-    # a test-time adaptation method: method(X, inputs, *, base_proba, y_true, cache) -> Adapted
+    # a test-time adaptation method: method(X, inputs, *, base_proba, y_true, cache, meta) -> Adapted
     register("median_shift", "prism_extension_example.tta:median_shift", default=True,
              description="re-centre the target batch on its per-feature median (source scale kept)")
 
@@ -43,6 +55,15 @@ def register_sources(register):
     # a data source type: source.type: noise_tiles in a task YAML
     register("noise_tiles", "prism_extension_example.source:NoiseTilesSource",
              description="procedural RGB noise tiles, one colour per class (offline example)")
+    # a feature source: vectors read from a CSV, no images (run with --model precomputed)
+    register("csv_vectors", "prism_extension_example.vectors:CsvVectorsSource", kind="features",
+             description="embedding vectors from one CSV: id,split,label,v0..vD (example)")
+
+
+@hookimpl
+def register_tables(register):
+    # a per-run table kind (a task's reference_table: example_cohort) with what the report needs
+    register(**t.COHORT)
 
 
 @hookimpl
@@ -50,6 +71,9 @@ def register_task_keys(register):
     # a task YAML key with its validator; the value reaches run.meta["example_threshold"]
     register(m.THRESHOLD_KEY, m.check_threshold, default=m.DEFAULT_THRESHOLD,
              description="confidence threshold of example_confident_error, a number in (0, 1) (default 0.5)")
+    # read by the TTA method median_shift from its meta argument
+    register(QUANTILE_KEY, check_quantile, default=0.5,
+             description="per-feature quantile median_shift re-centres on, in (0, 1) (default 0.5: the median)")
 
 
 @hookimpl

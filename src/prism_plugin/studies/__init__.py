@@ -1,0 +1,1 @@
+"""Whole analyses built on the public pieces (registries, hooks, the report toolkit), one package each."""
