@@ -106,6 +106,8 @@ def test_compare_bad_input(demo_results, tmp_path, capsys):
     assert "no in-distribution runs (only transfer)" in err(str(demo_results / "prism_demo_transfer"))
     assert "did you mean 'geometric'" in err(str(demo_results), "--aggregation", "geometricc")
     assert "no runs.csv" in err(str(tmp_path))
+    if not (REFERENCE / "indomain_all_v2.csv").exists():
+        pytest.skip(f"the checks below read the shared reference tables, not found at {REFERENCE}")
     assert "have no runs at that fraction (they have 0.5, 1)" in err(str(demo_results), "--fraction", "0.1")
     assert "outside [0, 1]" in err(str(demo_results), "--ood-stability", "1.5")
     assert "'UNI' is not one of your models" in err(str(demo_results), "--ood-stability", "UNI=0.5")
