@@ -95,10 +95,15 @@ def test_sigterm_unwinds_like_ctrl_c_with_exit_143(monkeypatch, capsys):
         return 0
 
     monkeypatch.setattr(ls, "run", slow)
-    before = signal.getsignal(signal.SIGTERM)
-    t0 = time.monotonic()
-    assert main(["ls", "tasks"]) == 143
-    assert time.monotonic() - t0 < 4 and cleaned == [True]
-    err = capsys.readouterr().err.strip()
-    assert err == "prism-run: terminated (SIGTERM); finished runs are kept, rerun the same command to resume"
-    assert signal.getsignal(signal.SIGTERM) is before  # restored for whoever called main()
+    # main() turns SIGTERM into an unwind only under the default disposition; a library an earlier test of this
+    # worker used (Ray installs its own handler) must not decide whether SIGTERM ends the test process
+    inherited = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        t0 = time.monotonic()
+        assert main(["ls", "tasks"]) == 143
+        assert time.monotonic() - t0 < 4 and cleaned == [True]
+        err = capsys.readouterr().err.strip()
+        assert err == "prism-run: terminated (SIGTERM); finished runs are kept, rerun the same command to resume"
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored for whoever called main()
+    finally:
+        signal.signal(signal.SIGTERM, inherited)
