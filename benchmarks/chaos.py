@@ -17,7 +17,7 @@ Round kinds, in turn:
   tiles embedded by the last start = tiles not already in intact shards.
 * ``grid-kill``: the same on a warm cache, with the kill inside the grid.
 * ``concurrent``: three runs start together on one cold cache (two into the
-  same results folder, one elsewhere) while this script loops
+  same results folder, which take turns with ``--wait``, one elsewhere) while this script loops
   ``cache verify`` and ``cache rm`` on the same cache. Checks: every run exits
   0, every runs.csv identical to the reference, no torn file, and every
   surviving cache entry verifies.
@@ -39,7 +39,8 @@ import time
 from pathlib import Path
 
 SHARD = 16
-ARGS = ["--task", "prism_demo", "--model", "demo_vit", "--limit", "96", "--quiet", "--no-report"]
+# --wait: the concurrent round's two runs into one results folder take turns (one writer per results folder)
+ARGS = ["--task", "prism_demo", "--model", "demo_vit", "--limit", "96", "--quiet", "--no-report", "--wait"]
 
 
 def cli() -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -12,6 +13,38 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PRISM_SHARED", REPO.parent / "shared"))
 REFERENCE = SHARED / "reference" / "prism_results_v2"
+
+
+#: words in a test (or in one of its fixtures) that mean it reads ../shared: such tests get the ``shared`` marker,
+#: and ``.ci/run`` runs them once more with ../shared hidden (``-m shared``) to prove they skip cleanly without it
+SHARED_WORDS = ("SHARED", "REFERENCE", "SPLIT_DIR", "reference_dir", "reference_tables", "PROTOCOL.md", "papers")
+
+
+def _reads_shared(item) -> bool:
+    import inspect
+
+    funcs = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info is not None else ()):
+        funcs.extend(d.func for d in defs)
+    for func in funcs:
+        try:
+            source = inspect.getsource(func)
+        except (OSError, TypeError):
+            continue
+        if any(word in source for word in SHARED_WORDS):
+            return True
+    return False
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "shared: reads ../shared (PRISM_SHARED); must skip cleanly without it")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _reads_shared(item):
+            item.add_marker(pytest.mark.shared)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -35,7 +68,7 @@ def reference_dir() -> Path:
     return REFERENCE
 
 
-def prism_run(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int = 600,
+def prism_run(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: int | None = None,
               check: bool = False) -> subprocess.CompletedProcess:
     """Run the installed ``prism-run`` console script in a subprocess."""
     exe = Path(sys.executable).with_name("prism-run")
@@ -45,6 +78,47 @@ def prism_run(*args: str, cwd: Path | None = None, env: dict | None = None, time
     if check and proc.returncode != 0:
         raise AssertionError(f"prism-run {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+@pytest.fixture
+def network_attempts(monkeypatch) -> list[tuple[str, object]]:
+    """Every network attempt of this process during the test, as ``(kind, address)``: name lookups and socket
+    connects (each still goes through). "Fails fast offline" is asserted by counting attempts (none offline, one
+    when a hub is unreachable: no retries), not by a wall-clock limit that a loaded machine could break."""
+    import socket
+
+    seen: list[tuple[str, object]] = []
+    real_connect, real_connect_ex, real_lookup = socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
+
+    def connect(self, address):
+        seen.append(("connect", address))
+        return real_connect(self, address)
+
+    def connect_ex(self, address):
+        seen.append(("connect", address))
+        return real_connect_ex(self, address)
+
+    def lookup(host, *args, **kwargs):
+        seen.append(("lookup", host))
+        return real_lookup(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    return seen
+
+
+def reseal(folder: Path) -> Path:
+    """Record a results folder's stamps again (``summary.json``'s ``runs_sha256`` and file manifest) after a test
+    rewrote its files on purpose (hand-made replicates, a cut-down runs.csv): what a run writing those files would
+    have recorded. Without it every reader refuses the folder (its files no longer belong together)."""
+    import json
+
+    from prism_plugin.results import ResultsDir
+
+    data = json.loads((Path(folder) / "summary.json").read_text(encoding="utf-8"))
+    ResultsDir(folder).write_json("summary.json", {k: v for k, v in data.items() if k != "stale"})
+    return Path(folder)
 
 
 def run_main(*args: str, env: dict | None = None, check: bool = False) -> subprocess.CompletedProcess:
@@ -136,6 +210,61 @@ def pip_install_target(package: Path, root: Path) -> dict[str, str]:
         pytest.fail(f"could not pip-install {package.name}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     path = os.pathsep.join(filter(None, [str(target), os.environ.get("PYTHONPATH", "")]))
     return {"PYTHONPATH": path, "_TARGET": str(target)}
+
+
+@pytest.fixture(scope="session")
+def install_once(tmp_path_factory):
+    """``install_once(package)``: :func:`pip_install_target` of ``package`` at most once per test session (with
+    xdist: per worker), into a session folder; every test file that needs the package reuses it (never write
+    into ``env["_TARGET"]``). Skips when the package folder is absent."""
+    installs: dict[Path, dict[str, str]] = {}
+
+    def install(package: Path) -> dict[str, str]:
+        key = Path(package).resolve()
+        if key not in installs:
+            if not key.is_dir():
+                pytest.skip(f"{key} not found")
+            installs[key] = pip_install_target(key, tmp_path_factory.mktemp(f"install-{key.name}"))
+        return dict(installs[key])
+
+    return install
+
+
+@contextlib.contextmanager
+def installed_plugins(target: str | Path):
+    """In this process, for the ``with`` block: the packages ``pip install --target``-ed into ``target`` importable
+    and their entry points read by every plugin host built there (:func:`run_main` gets a fresh one); afterwards
+    nothing is left: ``sys.path``, the modules imported from ``target`` (copies of the same names imported from
+    elsewhere are set aside and put back), the cached hosts and importlib's path caches."""
+    import importlib
+
+    from prism_plugin import plugins
+
+    target = str(Path(target).resolve())
+    names = {p.name.split(".")[0] for p in Path(target).iterdir() if not p.name.endswith((".dist-info", ".egg-info"))
+             and (p.suffix == ".py" or (p / "__init__.py").is_file())}
+
+    def ours(name: str) -> bool:
+        return name.split(".")[0] in names
+
+    set_aside = {name: mod for name, mod in sys.modules.items() if ours(name)}
+    for name in set_aside:
+        del sys.modules[name]
+    hosts = dict(plugins._DEFAULT)
+    plugins._DEFAULT.clear()
+    sys.path.insert(0, target)
+    importlib.invalidate_caches()
+    try:
+        yield Path(target)
+    finally:
+        while target in sys.path:
+            sys.path.remove(target)
+        for name in [name for name in sys.modules if ours(name)]:
+            del sys.modules[name]
+        sys.modules.update(set_aside)
+        plugins._DEFAULT.clear()
+        plugins._DEFAULT.update(hosts)
+        importlib.invalidate_caches()
 
 
 @pytest.fixture

@@ -6,8 +6,10 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from prism_plugin.errors import PrismError
+from prism_plugin import quality
+from prism_plugin.errors import PrismError, plain_name
 from prism_plugin.plugins import PluginHost, get_host
+from prism_plugin.protocol.array_checks import ArrayError, QualifiedResultWarning
 from prism_plugin.protocol.grid import DEFAULT_FRACTIONS, DEFAULT_SEEDS, GridSpec, grid_keys, run_grid
 from prism_plugin.protocol.inputs import SplitArrays, check_data, check_overlap_allowance, check_splits
 from prism_plugin.protocol.settings import check_fractions, check_grid_settings
@@ -17,17 +19,17 @@ from prism_plugin.results import rows_to_frame
 def _split(value: Any, name: str, required: bool = True) -> SplitArrays | None:
     if value is None:
         if required:
-            raise PrismError(f"{name}: a {name} split is required; pass a (features, labels) pair"
+            raise ArrayError(f"{name}: a {name} split is required; pass a (features, labels) pair"
                              + (" (only val may be None)" if name != "val" else ""))
         return None
     if isinstance(value, SplitArrays):
         return SplitArrays(X=value.X, y=value.y, name=value.name or name)
     if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
-        raise PrismError(f"{name}: pass a (features, labels) pair, got {type(value).__name__}")
+        raise ArrayError(f"{name}: pass a (features, labels) pair, got {type(value).__name__}")
     try:
         X, y = value
     except (TypeError, ValueError):
-        raise PrismError(f"{name}: pass a (features, labels) pair") from None
+        raise ArrayError(f"{name}: pass a (features, labels) pair") from None
     return SplitArrays(X=X, y=y, name=name)
 
 
@@ -46,7 +48,30 @@ def _names(value: Any, where: str) -> list[str]:
 def _label(value: Any, where: str) -> str:
     if not isinstance(value, (str, int, float)) or isinstance(value, bool) or not str(value).strip():
         raise PrismError(f"{where}: must be a non-empty name, got {value!r}")
-    return str(value)
+    return plain_name(str(value), where)  # a name reaches the tables: no control characters
+
+
+#: the per-run qualification columns :func:`evaluate` adds after the runs.csv columns
+QUALIFICATION_COLUMNS = ("flags", "qualified")
+
+
+def qualification_columns(runs: pd.DataFrame, flags) -> pd.DataFrame:
+    """``flags`` (the names of the warning-level quality flags that cover the run, ``;``-separated, ``""`` when
+    none) and ``qualified`` (any of them) per row of ``runs``: the flags ``prism-run`` prints and writes to
+    summary.json, run by run (a data check of the splits covers every run)."""
+    ids = quality.all_run_ids(runs)
+    where = {rid: i for i, rid in enumerate(ids)}
+    names: list[list[str]] = [[] for _ in ids]
+    for f in flags:
+        d = f.to_dict() if isinstance(f, quality.Flag) else dict(f)
+        if d.get("level") != "warning":
+            continue
+        rows = range(len(ids)) if d.get("source") == "data" else [where[c] for c in d.get("cells", []) if c in where]
+        for i in rows:
+            if d["flag"] not in names[i]:
+                names[i].append(d["flag"])
+    return pd.DataFrame({"flags": [";".join(n) for n in names], "qualified": [bool(n) for n in names]},
+                        index=runs.index)
 
 
 def evaluate(
@@ -91,6 +116,14 @@ def evaluate(
     rows shared between splits, all-zero rows, large feature scales, a one-class test split and rare classes are
     warned about. The data checks found are in the returned table's ``attrs["data_checks"]``.
 
+    The table carries every column ``prism-run`` writes to runs.csv for the same runs (``probe_converged``,
+    ``forced_classes``, ``degenerate``, ``collapsed``, ...) and, after them, the qualifications it prints and writes
+    to summary.json, run by run: ``flags`` (e.g. ``"temperature_at_bound;probe_not_converged"``, see
+    :mod:`prism_plugin.quality`) and ``qualified``; ``attrs["flags"]`` holds the flags as summary.json lists them
+    and ``attrs["qualified"]`` whether any qualifies a number. Each run-derived warning is also emitted once as a
+    :class:`~prism_plugin.protocol.array_checks.QualifiedResultWarning`. Invalid arrays raise an
+    :class:`~prism_plugin.protocol.array_checks.ArrayError` (a PrismError and a ``ValueError``).
+
     ``probability_dtype="float32"`` computes Brier and every ECE column on the reference's floating-point path
     (float32 ``predict_proba`` output and float32 scaled probabilities, see
     :mod:`prism_plugin.protocol.float32_path`), so they equal the reference evaluator's values bit for bit; the
@@ -111,7 +144,7 @@ def evaluate(
                          f"got {plugins!r}")
     plugins = list(plugins)
     host = PluginHost(disable=disable, extra_plugins=plugins) if plugins else get_host(disable)
-    settings = check_grid_settings(seeds=seeds, C=C, max_iter=max_iter, ece_bins=ece_bins,
+    settings = check_grid_settings(fractions=fractions, seeds=seeds, C=C, max_iter=max_iter, ece_bins=ece_bins,
                                    proportional_val=proportional_val, probe=probe, host=host)
     model, dataset = _label(model, "model"), _label(dataset, "dataset")
     tr, va, te = _split(train, "train"), _split(val, "val", required=False), _split(test, "test")
@@ -136,8 +169,17 @@ def evaluate(
         ident["meta"] = {"probability_dtype": probability_dtype}
     rows = run_grid(tr, va, te, k, spec, host, ident)
     out = rows_to_frame([rows[key] for key in grid_keys(spec)])
+    # the runner's flags of the same runs (prism_plugin.runner: console lines and summary.json "flags")
+    flags = quality.run_flags(out, t_bounds=spec.t_bounds, data_checks=checks, checks=quality.host_checks(host),
+                              name=dataset)
+    for f in flags:
+        if f.level == "warning" and f.source != "data":  # the data checks were warned above
+            warnings.warn(f.message, QualifiedResultWarning, stacklevel=2)
+    out = pd.concat([out, qualification_columns(out, flags)], axis=1)
     out.attrs["data_checks"] = checks
+    out.attrs["flags"] = [f.to_dict() for f in flags]
+    out.attrs["qualified"] = quality.qualified(flags)
     return out
 
 
-__all__ = ["evaluate", "SplitArrays"]
+__all__ = ["evaluate", "SplitArrays", "QUALIFICATION_COLUMNS", "qualification_columns"]

@@ -7,19 +7,28 @@
   ``PRISM_DISABLE_PLUGINS`` by the host).
 * ``--model-args`` belong to the ``--model`` before them (``--model A --model-args k=v --model B --model-args
   k=w``), or go in brackets (``--model 'A[k=v,k2=w]'``); with one model they may come anywhere.
+* The global options ``--debug``, ``--disable X`` and ``--include-path DIR`` work before a subcommand's name as
+  after it (:func:`hoist_globals`).
+* Exit statuses follow one contract (:mod:`prism_plugin.errors` ``EXIT_*``, docs/exit-codes.md): 0 ok, 1 a gate
+  or check failed (the command's own return), 2 bad input or refused, 70 internal error (a bug, also a plugin's),
+  130 Ctrl-C, 143 SIGTERM. ``--debug`` adds the traceback and keeps the status.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import shlex
 import sys
 import textwrap
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
+from prism_plugin import folder_lock
 from prism_plugin.commands.model_args import add_model_options, model_specs
-from prism_plugin.errors import PrismError, printable
+from prism_plugin.errors import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, PrismError,
+                                 printable)
 
 PROG = "prism-run"
 
@@ -112,6 +121,9 @@ def main_parser(host=None) -> argparse.ArgumentParser:
                         "its runs (other label fractions, seeds, task or model); without it that is refused. "
                         "Saved cells are kept either way")
     p.add_argument("--no-report", action="store_true", help="do not write report.html and report.md")
+    p.add_argument("--wait", action="store_true",
+                   help="when another prism-run is writing a results folder of this run, wait for it to finish "
+                        "(default: stop at once, naming it)")
     p.add_argument("--quiet", action="store_true", help="no progress bars or tables")
     p.set_defaults(model_order=[])
     _common(p)
@@ -143,7 +155,8 @@ def _parser_help(host, name: str) -> str:
 
 
 class CommandFailure(PrismError):
-    """A subcommand's ``add_parser`` or ``run`` raised (not a PrismError): names the command and its plugin."""
+    """A subcommand's ``add_parser`` or ``run`` raised (not a PrismError): names the command and its plugin.
+    A bug, not bad input: exit status ``EXIT_INTERNAL``."""
 
     def __init__(self, entry, stage: str, exc: BaseException):
         plugin = entry.plugin  # recorded by the CommandRegistrar for every command
@@ -152,9 +165,9 @@ class CommandFailure(PrismError):
         self.command, self.plugin, self.original = entry.name, plugin, exc
 
 
-def _calling(entry, stage: str, debug: bool, call, *args: Any):
-    """``call(*args)``; an exception other than bad input (PrismError) or Ctrl-C becomes a
-    :class:`CommandFailure` naming the command, unless ``--debug`` (then it propagates unchanged)."""
+def _calling(entry, stage: str, debug: bool, call, *args: Any):  # noqa: ARG001 - debug: same outcome either way
+    """``call(*args)``; an exception other than bad input (PrismError), a file-system fault or Ctrl-C becomes a
+    :class:`CommandFailure` naming the command (``--debug`` prints its traceback, with the original's)."""
     try:
         return call(*args)
     except (PrismError, KeyboardInterrupt):
@@ -162,24 +175,18 @@ def _calling(entry, stage: str, debug: bool, call, *args: Any):
     except OSError as exc:
         from prism_plugin.storage import is_file_system_fault
 
-        if debug or is_file_system_fault(exc):  # a full or read-only disk is not the command's bug
+        if is_file_system_fault(exc):  # a full or read-only disk is not the command's bug
             raise
         raise CommandFailure(entry, stage, exc) from exc
     except Exception as exc:
-        if debug:
-            raise
         raise CommandFailure(entry, stage, exc) from exc
 
 
-def _check_command(command: Any) -> None:
+def _check_command(entry, command: Any) -> None:
     if not callable(getattr(command, "add_parser", None)) or not callable(getattr(command, "run", None)):
-        raise TypeError(f"{type(command).__name__} {getattr(command, '__name__', command)!r} needs "
-                        "add_parser(subparsers) and run(args)")
-
-
-def _add_command_parser(subparsers, command: Any) -> None:
-    _check_command(command)
-    command.add_parser(subparsers)
+        raise PrismError(f"command {entry.name!r} (plugin {entry.plugin!r}, from {entry.origin}): "
+                         f"{type(command).__name__} {getattr(command, '__name__', command)!r} needs "
+                         "add_parser(subparsers) and run(args)")
 
 
 def command_parser(host, name: str, *, debug: bool = False) -> tuple[argparse.ArgumentParser, Any, Any]:
@@ -188,15 +195,42 @@ def command_parser(host, name: str, *, debug: bool = False) -> tuple[argparse.Ar
     reg = host.commands
     entry = reg.entry(name)
     command = reg.get(entry.name)  # imports a lazy module; an import failure names the plugin
+    _check_command(entry, command)
     p = argparse.ArgumentParser(prog=PROG)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _calling(entry, "add_parser", debug, _add_command_parser, sub, command)
+    _calling(entry, "add_parser", debug, command.add_parser, sub)
     if entry.name not in sub.choices:
         raise PrismError(f"command {entry.name!r} (from {entry.origin}): add_parser(subparsers) must call "
                          f"subparsers.add_parser({entry.name!r}, ...); it added "
                          f"{', '.join(map(repr, sub.choices)) or 'nothing'}")
     _common(sub.choices[entry.name])
     return p, entry, command
+
+
+#: options of every parser that may also stand before a subcommand's name (``prism-run --debug ls heads``)
+GLOBAL_FLAGS = ("--debug",)
+GLOBAL_VALUED = ("--include-path", "--disable")
+
+
+def hoist_globals(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the global options (:data:`GLOBAL_FLAGS`, :data:`GLOBAL_VALUED`) that stand before a
+    subcommand's name moved just after it: ``--debug --disable X validate T`` -> ``validate --debug --disable X
+    T``, so they mean what they mean after it. The main job's arguments are returned unchanged."""
+    argv = list(argv)
+    i, moved = 0, []
+    while i < len(argv):
+        token = argv[i]
+        if token in GLOBAL_FLAGS or any(token.startswith(f"{flag}=") for flag in GLOBAL_VALUED):
+            moved.append(token)
+            i += 1
+        elif token in GLOBAL_VALUED and i + 1 < len(argv):
+            moved += argv[i:i + 2]
+            i += 2
+        else:
+            break
+    if moved and i < len(argv) and not argv[i].startswith("-"):
+        return [argv[i], *moved, *argv[i + 1:]]
+    return argv
 
 
 def disabled_in(argv: Sequence[str]) -> list[str]:
@@ -240,12 +274,15 @@ def _install_sigterm():
 
 
 def main(argv: Sequence[str] | None = None, host=None) -> int:
-    """``prism-run``; ``host`` (a :class:`~prism_plugin.plugins.PluginHost`) replaces the one built from argv."""
+    """``prism-run``; ``host`` (a :class:`~prism_plugin.plugins.PluginHost`) replaces the one built from argv.
+    Returns the exit status of the contract (:mod:`prism_plugin.errors` ``EXIT_*``)."""
     import signal
 
-    argv = list(sys.argv[1:] if argv is None else argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    argv = hoist_globals(given)
     _one_line_warnings()
-    debug = "--debug" in argv
+    debug = "--debug" in argv[:argv.index("--")] if "--" in argv else "--debug" in argv
+    folder_lock.set_command(shlex.join([PROG, *given]))  # what a busy results folder names its writer by
     previous = _install_sigterm()
     try:
         return _main(argv, host, debug)
@@ -256,38 +293,58 @@ def main(argv: Sequence[str] | None = None, host=None) -> int:
 
 def _main(argv: list[str], host, debug: bool) -> int:
     try:
-        return _dispatch(argv, host, debug)
-    except PrismError as exc:
-        if debug:
-            raise
+        with folder_lock.scope():  # the results folders a command locks are released when it ends
+            return _dispatch(argv, host, debug)
+    except (Exception, KeyboardInterrupt) as exc:
+        code, line = outcome(exc, debug)
+        if debug:  # the traceback, then the same line (less its advice to pass --debug) and the same status
+            import traceback
+
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        print(line, file=sys.stderr)
+        return code
+
+
+_DEBUG_HINT = re.compile(r" ?\((?:rerun with|run again with) --debug for the traceback(?:, or (--disable [^)]+))?\)")
+
+
+def _no_debug_hint(text: str) -> str:
+    """``text`` without "(rerun with --debug for the traceback[, or --disable X])" (it was given)."""
+    return _DEBUG_HINT.sub(lambda m: f" ({m.group(1)} to run without it)" if m.group(1) else "", text)
+
+
+def _is_internal(exc: BaseException) -> bool:
+    """A wrapped bug: a command's or a plugin hook's exception that was not bad input."""
+    plugins = sys.modules.get("prism_plugin.plugins")  # loaded whenever a PluginFailure exists
+    failure = getattr(plugins, "PluginFailure", None) if plugins is not None else None
+    return isinstance(exc, CommandFailure) or (failure is not None and isinstance(exc, failure))
+
+
+def outcome(exc: BaseException, debug: bool = False) -> tuple[int, str]:
+    """The exit status and the one line ``prism-run`` ends with for ``exc``: the one mapping of the contract
+    (``debug``: the line does not advise to rerun with ``--debug``)."""
+    if isinstance(exc, KeyboardInterrupt):
+        kept = "finished runs are kept, rerun the same command to resume"
+        if isinstance(exc, Terminated):
+            return EXIT_TERMINATED, f"{PROG}: terminated (SIGTERM); {kept}"
+        return EXIT_INTERRUPTED, f"{PROG}: interrupted; {kept}"
+    if isinstance(exc, PrismError):
         problems = str(exc).splitlines() or [type(exc).__name__]
+        first = _no_debug_hint(problems[0]) if debug else problems[0]
+        if _is_internal(exc):
+            return EXIT_INTERNAL, f"{PROG}: internal error: {printable(first)}"
         more = (f" (and {len(problems) - 1} more problem(s): `{PROG} validate` lists every one)"
                 if len(problems) > 1 else "")
-        print(f"{PROG}: error: {printable(problems[0])}{more}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as exc:
-        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-        print(f"{PROG}: {what}; finished runs are kept, rerun the same command to resume", file=sys.stderr)
-        return 143 if isinstance(exc, Terminated) else 130
-    except OSError as exc:  # the file system's fault (full, read-only, quota, names): the path and the fix
+        return EXIT_BAD_INPUT, f"{PROG}: error: {printable(first)}{more}"
+    if isinstance(exc, OSError):  # the file system's fault (full, read-only, quota, names): the path and the fix
         from prism_plugin.storage import describe, is_file_system_fault
 
-        if debug or not is_file_system_fault(exc):
-            if debug:
-                raise
-            return _internal_error(exc)
-        print(f"{PROG}: error: {printable(describe(exc))}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # a bug, not bad input: say so in one line, traceback on --debug
-        if debug:
-            raise
-        return _internal_error(exc)
-
-
-def _internal_error(exc: BaseException) -> int:
-    print(f"{PROG}: internal error: {type(exc).__name__}: {printable(str(exc))} (rerun with --debug for the traceback)",
-          file=sys.stderr)
-    return 1
+        if is_file_system_fault(exc):
+            return EXIT_BAD_INPUT, f"{PROG}: error: {printable(describe(exc))}"
+    # a bug, not bad input: said in one line, the traceback on --debug
+    line = (f"{PROG}: internal error: {type(exc).__name__}: {printable(str(exc))} "
+            "(rerun with --debug for the traceback)")
+    return EXIT_INTERNAL, _no_debug_hint(line) if debug else line
 
 
 def _dispatch(argv: list[str], host, debug: bool) -> int:
@@ -303,7 +360,8 @@ def _dispatch(argv: list[str], host, debug: bool) -> int:
         parser, entry, command = command_parser(host, name, debug=debug)
         args = parser.parse_args([name, *argv[1:]])
         setattr(args, HOST_ATTR, host)
-        return _calling(entry, "run", debug, command.run, args)
+        code = _calling(entry, "run", debug, command.run, args)
+        return 0 if code is None else code  # a command's own status: 0, or 1 when a gate it checks failed
     args = main_parser(host).parse_args(argv)
     args.models = model_specs(args.model_order)
     setattr(args, HOST_ATTR, host)

@@ -240,8 +240,12 @@ def match(a: Side, b: Side) -> Match:
         for i, row in zip(side.runs.index, side.runs[list(cols)].itertuples(index=False, name=None)):
             k = tuple(_norm(c, v) for c, v in zip(cols, row))
             if k in out:
-                raise PrismError(f"{side.label} ({side.path}): the run {key_text(cols, k)} appears twice "
-                                 f"({side.runs.at[out[k], '_file']}, {side.runs.at[i, '_file']}); pass each run once")
+                from prism_plugin.tables import duplicate_run_error
+
+                holders = [(str(side.runs.at[j, "_file"]), str(side.runs.at[j, "task"]) if "task" in side.runs
+                            else "") for j in (out[k], i)]
+                raise duplicate_run_error(key_text(cols, k), holders,
+                                          what=f"{side.label} ({side.path}): the same run appears twice")
             out[k] = i
         return out
 

@@ -360,7 +360,8 @@ class PluginHost:
                     raise PrismError(f"adapter {ep.name!r} ({ep.value}) failed to load: {exc}") from None
                 return factory(**kwargs)
 
-            reg.add(ep.name, lazy, origin=_dist_label(ep), description="entry point", plugin=ep.name)
+            reg.add(ep.name, lazy, origin=_dist_label(ep), description="entry point", plugin=ep.name,
+                    entry_point=ep.value)  # "module:Class": what `ls adapters` reads the class's facts from
 
     # -- adapters and heads ----------------------------------------------------------------------
     def adapter_factory(self, name: str) -> AdapterEntry:

@@ -36,7 +36,9 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from prism_plugin.errors import PrismError
+from prism_plugin import manifest
+from prism_plugin.errors import PrismError, plain_names
+from prism_plugin.manifest import MANIFEST_KEY
 from prism_plugin.storage import atomic_write_text, csv_text, dumps, json_default, sha256_hex
 
 #: Canonical leading columns (the reference's indomain_all_v2 order), then the
@@ -74,7 +76,7 @@ def read_runs(path: str | Path) -> pd.DataFrame:
     PrismError naming it and the fix."""
     path = Path(path)
     try:
-        return pd.read_csv(path)
+        return plain_names(pd.read_csv(path))  # names from data: no control characters
     except (UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise PrismError(f"{path}: not a readable runs table ({type(exc).__name__}); rerun the job that wrote it, "
                          "or remove the file") from None
@@ -89,7 +91,7 @@ def find_runs_files(paths) -> list[Path]:
             found.append(p)
         elif p.is_dir():
             direct = p / RUNS_NAME
-            found.extend([direct] if direct.exists() else sorted(p.rglob(RUNS_NAME)))
+            found.extend([direct] if direct.exists() else _below(p))
         else:
             raise PrismError(f"{p}: not a results directory (no runs.csv)")
     if not found:
@@ -113,25 +115,19 @@ def summary_dirs(paths: Iterable[str | Path], *, verified: bool = True) -> list[
     """The results directories (folders with a ``summary.json``) of ``paths``: a path holding one itself, else
     every one below it (a group folder's combined runs.csv has no summary.json of its own, its members do).
 
-    ``verified`` (default): a folder whose ``summary.json`` does not describe its ``runs.csv``
-    (:func:`summary_problem`: a rerun killed between the two writes, or an edited file) is left out, with one
-    warning naming it and the fix."""
+    ``verified`` (default): a folder whose files do not belong together (:func:`summary_problem`: a rerun killed
+    between the two writes, an edited ``runs.csv``, a per-run file edited, removed or added) is refused: one
+    line naming it and the fix."""
     out: list[Path] = []
     for p in map(Path, paths):
         if (p / SUMMARY_NAME).is_file():
             out.append(p)
         elif p.is_dir():
-            out.extend(f.parent for f in sorted(p.rglob(SUMMARY_NAME)) if f.is_file())
+            out.extend(f.parent for f in _below(p, name=SUMMARY_NAME))
     out = list(dict.fromkeys(out))
     if verified:
-        kept = []
         for folder in out:
-            problem = summary_problem(folder)
-            if problem is None:
-                kept.append(folder)
-            else:
-                warn_once(problem)
-        out = kept
+            check_folder(folder)
     return out
 
 
@@ -142,10 +138,16 @@ REPORT_NAMES = ("report.html", "report.md")
 #: the key of summary.json (and the stamp of the report) holding the SHA-256 of the runs.csv it describes
 RUNS_DIGEST_KEY = "runs_sha256"
 #: what to do about a summary or report that does not describe its folder's runs.csv
-REWRITE_FIX = ("rerun the same prism-run command into this folder to rewrite it (finished runs are reused), "
-               "or `prism-run report DIR` for the report alone")
+REWRITE_FIX = "rerun the same prism-run command into this folder to rewrite it (finished runs are reused)"
+#: what to do about a folder whose per-run files changed after its summary was written
+TAMPER_FIX = ("rerun the same prism-run command into this folder: runs whose files were edited, removed or added "
+              "are recomputed, the others reused")
+#: what to do about a group's combined table that does not match its members
+GROUP_FIX = "rerun the same prism-run command (with the group) to combine the members' tables again"
+#: the stamp of a group folder's combined runs.csv (its digest and its members')
+GROUP_NAME = "group.json"
 #: what each name of a results directory must be (prism-run writes them; anything else there is refused)
-LAYOUT = {"cells": "folder", RUNS_NAME: "file", SUMMARY_NAME: "file", "report.html": "file", "report.md": "file",
+LAYOUT = {"cells": "folder", RUNS_NAME: "file", SUMMARY_NAME: "file", "group.json": "file", "report.html": "file", "report.md": "file",
           "figures": "folder", "summaries": "folder", "artifacts": "folder", "reliability": "folder"}
 
 _WARNED: set[str] = set()
@@ -227,7 +229,104 @@ def summary_problem(folder: str | Path) -> str | None:
     if digest != stamp:
         return (f"{path} describes another {RUNS_NAME} than the one in {folder} (a rerun stopped before it "
                 f"finished, or {RUNS_NAME} was edited); {REWRITE_FIX}")
+    recorded = data.get(MANIFEST_KEY)
+    if isinstance(recorded, dict):
+        found = manifest.problems(folder, recorded)
+        if found:
+            return (f"{folder}: {manifest.describe(found)} since the run that wrote {SUMMARY_NAME}, so its files "
+                    f"no longer belong together; {TAMPER_FIX}")
     return None
+
+
+def group_problem(folder: str | Path) -> str | None:
+    """Why a group folder's combined ``runs.csv`` is not the table of its members (``group.json``, written with
+    it, records the digests of both), or ``None`` when it is, or when the folder has no ``group.json``."""
+    folder = Path(folder)
+    path = folder / GROUP_NAME
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        members = dict(data["members"])
+        stamp = data[RUNS_DIGEST_KEY]
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, KeyError, TypeError):
+        return f"{path} is unreadable (truncated or corrupt); {GROUP_FIX}"
+    if runs_digest(folder / RUNS_NAME) != stamp:
+        return f"{folder / RUNS_NAME} is not the combined table {path} describes (edited or damaged); {GROUP_FIX}"
+    for name, digest in members.items():
+        if runs_digest(folder / name) != digest:
+            return (f"{folder / RUNS_NAME} was combined from another {folder / name} than the one there (a member "
+                    f"was rerun or edited); {GROUP_FIX}")
+    return None
+
+
+def write_group(folder: str | Path, df: pd.DataFrame, members: Iterable[str | Path]) -> Path:
+    """Write a group's combined ``runs.csv`` and ``group.json`` (its digest and its members' digests)."""
+    folder = Path(folder)
+    target = folder / RUNS_NAME
+    text = csv_text(df)
+    names = sorted({Path(m).relative_to(folder).as_posix() for m in members})
+    atomic_write_text(target, text)
+    atomic_write_text(folder / GROUP_NAME, dumps({RUNS_DIGEST_KEY: sha256_hex(text.encode("utf-8")),
+                                                 "members": {n: runs_digest(folder / n) for n in names}}))
+    return target
+
+
+def folder_problem(folder: str | Path) -> str | None:
+    """Why the files of a results folder do not belong together (:func:`summary_problem`, :func:`group_problem`),
+    or ``None``: the one test every reader applies before it reads a folder."""
+    return summary_problem(folder) or group_problem(folder)
+
+
+def check_folder(folder: str | Path) -> None:
+    """Refuse a results folder whose files do not belong together (:func:`folder_problem`): one line naming
+    the file and the fix."""
+    problem = folder_problem(folder)
+    if problem is not None:
+        raise PrismError(problem)
+
+
+#: how deep below a given path results folders are looked for (group/task/model, sweeps one more)
+SEARCH_DEPTH = 6
+#: folders of a results folder that never hold results folders (not searched)
+SKIP_DIRS = frozenset({"cells", "artifacts", "reliability", "figures", "summaries"})
+
+
+def _below(folder: Path, depth: int = SEARCH_DEPTH, name: str = RUNS_NAME) -> list[Path]:
+    """The ``name`` files (``runs.csv``) at most ``depth`` folders below ``folder`` (links not followed), sorted."""
+    found: list[Path] = []
+    for root, dirs, files in os.walk(folder):
+        level = len(Path(root).relative_to(folder).parts)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and level < depth)
+        if name in files and Path(root, name).is_file():
+            found.append(Path(root) / name)
+    return sorted(found)
+
+
+def results_inputs(paths: Iterable[str | Path], what: str = "RESULTS_DIR") -> list[Path]:
+    """The results folders a command was given, checked: each path must exist and hold a ``runs.csv`` (in it,
+    or in folders below it, as a group folder does), and every folder found must pass :func:`check_folder`.
+    Anything else is one line naming the path (``what``: the argument) and the fix. Returns the paths."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_file() and p.name == RUNS_NAME:
+            folders = [p.parent]
+        elif p.is_file():
+            raise PrismError(f"{what} {p}: a file, not a results directory; pass the folder prism-run wrote "
+                             f"(it holds {RUNS_NAME} and {SUMMARY_NAME})")
+        elif not p.is_dir():
+            raise PrismError(f"{what} {p}: no such directory; pass a results directory written by prism-run")
+        elif (p / RUNS_NAME).is_file():
+            folders = [p] + [f.parent for f in _below(p) if f.parent != p]
+        else:
+            folders = [f.parent for f in _below(p)]
+            if not folders:
+                raise PrismError(f"{what} {p}: not a results directory (no {RUNS_NAME} in it or below it); "
+                                 "pass a folder prism-run wrote, or run prism-run first")
+        for folder in folders:
+            check_folder(folder)
+        out.append(p)
+    return out
 
 
 def report_stamp(text: str) -> str | None:
@@ -255,13 +354,10 @@ def report_problem(folder: str | Path) -> str | None:
 
 
 def read_summary(folder: str | Path) -> dict[str, Any]:
-    """``folder/summary.json`` when it describes ``folder/runs.csv``; ``{}`` when it is absent, or
-    does not (then one warning names it and the fix: nothing is read from a stale summary)."""
+    """``folder/summary.json`` when its folder's files belong together (:func:`check_folder`: else one line
+    naming the file and the fix: nothing is read from a stale or inconsistent folder); ``{}`` when absent."""
     folder = Path(folder)
-    problem = summary_problem(folder)
-    if problem is not None:
-        warn_once(problem)
-        return {}
+    check_folder(folder)
     try:
         data = json.loads((folder / SUMMARY_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -336,11 +432,9 @@ class ResultsDir:
         self.invalidated: list[str] = []
 
     def cell_path(self, scope: str, run_id: str) -> Path:
-        safe = "".join(ch if ch.isalnum() or ch in "-_.=" else "_" for ch in f"{scope}--{run_id}")
-        if len(safe) > 200:  # stay below the usual 255-byte file name limit
-            digest = hashlib.sha256(f"{scope}--{run_id}".encode()).hexdigest()[:16]
-            safe = safe[:180] + "-" + digest
-        return self.cells_dir / f"{safe}.json"
+        from prism_plugin.paths import safe_file_stem
+
+        return self.cells_dir / f"{safe_file_stem(f'{scope}--{run_id}')}.json"  # below 255 bytes (UTF-8)
 
     def save_cell(self, scope: str, run_id: str, fingerprint: str, row: dict,
                   parts: dict[str, Any] | None = None) -> None:
@@ -479,7 +573,8 @@ class ResultsDir:
         it (``runs_sha256``, see :func:`summary_problem`)."""
         target = self.path / name
         if name == SUMMARY_NAME and isinstance(obj, dict):
-            obj = {k: v for k, v in obj.items() if k not in ("stale", RUNS_DIGEST_KEY)}
+            obj = {k: v for k, v in obj.items() if k not in ("stale", RUNS_DIGEST_KEY, MANIFEST_KEY)}
             obj[RUNS_DIGEST_KEY] = runs_digest(self.path / RUNS_NAME)
+            obj[MANIFEST_KEY] = manifest.build(self.path)  # what the readers verify (prism_plugin.manifest)
         atomic_write_text(target, dumps(obj))
         return target

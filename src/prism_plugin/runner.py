@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from prism_plugin import quality
+from prism_plugin import manifest, quality
 from prism_plugin.errors import PrismError
 from prism_plugin.metrics.descriptions import metric_infos
 from prism_plugin.protocol.grid import GridSpec, RunKey, grid_keys, run_grid, run_suffix
@@ -271,8 +271,16 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
 
     The grid is split seed x probe x label fraction x seed for a task with ``split_seeds`` / ``probes``
     (:mod:`prism_plugin.tasks.grid_keys`), label fraction x seed otherwise; each (split seed, probe)
-    runs :func:`~prism_plugin.protocol.grid.run_grid` on its splits.
+    runs :func:`~prism_plugin.protocol.grid.run_grid` on its splits. The results folder is locked while it is
+    written (:mod:`prism_plugin.folder_lock`: another process writing it is refused; re-entrant).
     """
+    from prism_plugin.folder_lock import writing
+
+    with writing(opts.output, wait=bool(getattr(opts, "wait", False))):  # one writer per results folder
+        return _run_job(task, adapter, host, opts)
+
+
+def _run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     from prism_plugin.embed.load import load_split_seeds
 
     t_start = time.perf_counter()
@@ -284,6 +292,10 @@ def run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     saved = {unit.cell(key): results.load_cell(task.name, unit.cell(key), unit.fingerprint, unit.parts,
                                                expect=unit.expect(task, key))
              for unit in units for key in unit.keys}
+    runs_by_base = {results.cell_path(task.name, rid).stem: rid for rid in saved}
+    for rid, why in manifest.tampered(results.path, runs_by_base).items():
+        if saved[rid][0] is not None:  # a run whose artifacts changed after the run wrote them is recomputed
+            saved[rid] = (None, why)
     if not opts.overwrite:  # finished runs of other inputs are never replaced without a word
         _refuse_changed_inputs(results, task, units, saved)
     columns, ident = _identity(task, adapter, results)

@@ -174,7 +174,9 @@ def free_bytes(folder: str | os.PathLike) -> int | None:
 
 
 def check_free_space(folder: str | os.PathLike, needed: int, *, what: str, fix: str) -> None:
-    """Refuse (:class:`FileSystemError`) when ``folder`` has less than ``needed`` bytes (+ a reserve) free.
+    """Refuse (:class:`FileSystemError`) when ``folder`` has less than ``needed`` bytes plus
+    :data:`RESERVE_BYTES` free; the message gives both parts, their sum and what is free (never a need
+    that reads as smaller than what is free).
 
     ``what`` says what would be written (``"the merged features of cache entry 1a2b..."``),
     ``fix`` what to do (``"free space there or pass --cache-dir DIR on another disk"``).
@@ -182,10 +184,14 @@ def check_free_space(folder: str | os.PathLike, needed: int, *, what: str, fix: 
     free = free_bytes(folder)
     if free is None or needed <= 0:
         return
-    if free < needed + RESERVE_BYTES:
+    if free < needed + RESERVE_BYTES:  # the reserve is part of what is needed: the message says so
+        total, left = human_bytes(needed + RESERVE_BYTES), human_bytes(free)
+        if total == left:  # rounded alike: exact bytes, so the need never reads as what is free
+            total, left = f"{needed + RESERVE_BYTES:,} bytes", f"{free:,} bytes"
         raise FileSystemError(
-            f"cannot write {folder}: not enough free space for {what} (needs {human_bytes(needed)}, "
-            f"{human_bytes(free)} free); {fix}", folder, errno.ENOSPC)
+            f"cannot write {folder}: not enough free space for {what} (needs {human_bytes(needed)} plus "
+            f"{human_bytes(RESERVE_BYTES)} kept free for the files written beside it, {total} in all; {left} free); "
+            f"{fix}", folder, errno.ENOSPC)
 
 
 # --------------------------------------------------------------------------- checksums

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from prism_plugin.contracts import RunTables, SummaryOutput  # noqa: F401  (SummaryOutput re-exported)
-from prism_plugin.errors import PrismError, suggest
+from prism_plugin.errors import PrismError, plain_names, suggest
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.plugins import host_or_shared
 from prism_plugin.registrars import DEFAULT_KEY_COLUMNS
@@ -122,6 +122,7 @@ def tables_from_results(paths, host=None, *, label_models_by_input: bool = False
             for key in set(zip(df["model"].astype(str), tasks)):
                 where.setdefault(key, set()).add(label)
         clash = {model for (model, _task), inputs in where.items() if len(inputs) > 1}
+    files: dict[str, list[Path]] = {}  # per table, the runs.csv of each part (to name a duplicate's sources)
     for file, label, df in frames:
         if clash:
             df["model"] = [f"{m} · {label}" if str(m) in clash else m for m in df["model"]]
@@ -137,6 +138,7 @@ def tables_from_results(paths, host=None, *, label_models_by_input: bool = False
                                  f"(table kinds: {', '.join(kinds.names())}; a plugin registers more with "
                                  "register_tables)")
             parts.setdefault(table, []).append(rows)
+            files.setdefault(table, []).append(file)
     if not parts:
         raise PrismError(f"the results given hold only {swept} probe-sweep run(s); "
                          "read them with `prism-run sensitivity DIR`")
@@ -146,10 +148,61 @@ def tables_from_results(paths, host=None, *, label_models_by_input: bool = False
         key = [c for c in kinds.get(table).key_columns if c in df]
         dup = df.duplicated(subset=key)
         if dup.any():
-            first = df.loc[dup, key].iloc[0].to_dict()
-            raise PrismError(f"the same run appears twice across the results given ({first}); pass each run once")
+            raise duplicate_run_error(df.loc[dup, key].iloc[0].to_dict(), _holders(frames, files[table], key,
+                                                                                   df.loc[dup, key].iloc[0]))
         out[table] = df
     return RunTables(out)
+
+
+def _holders(frames: list[pd.DataFrame], files: list[Path], key: list[str], run: pd.Series) -> list[tuple[str, str]]:
+    """``(file, task)`` of each row holding the run ``run`` (values of ``key``), over the parts of one table."""
+    out: list[tuple[str, str]] = []
+    for rows, file in zip(frames, files):
+        sub = rows[key]
+        hit = pd.Series(True, index=rows.index)
+        for c in key:
+            v = run[c]
+            hit &= sub[c].isna() if pd.isna(v) else (sub[c] == v)
+        tasks = rows.loc[hit, "task"].astype(str) if "task" in rows else pd.Series("", index=rows.index[hit])
+        out.extend((str(file), t) for t in tasks)
+    return out
+
+
+def run_text(run: dict) -> str:
+    """A run's identity in words: ``model M · dataset D · 10 % labels · seed 42`` (empty values left out)."""
+    parts = []
+    for c, v in run.items():
+        if v is None or (isinstance(v, float) and np.isnan(v)) or str(v) == "":
+            continue
+        if c == "fraction":
+            parts.append(f"{float(v) * 100:g} % labels")
+        elif c in ("seed", "split_seed"):
+            parts.append(f"{c.replace('_', ' ')} {int(v) if float(v).is_integer() else v}")
+        else:
+            parts.append(f"{c} {v}")
+    return " · ".join(parts)
+
+
+def duplicate_run_error(run: dict | str, holders: list[tuple[str, str]], fix: str = "", *,
+                        what: str = "the same run appears twice") -> PrismError:
+    """The one line for a run (or a name) found more than once: the run, every source holding it (file or
+    folder, and the task it came from) and the fix. ``run``: its key values (or their text); ``holders``:
+    ``(source, task)`` per copy; ``fix`` replaces the default advice; ``what`` the opening words."""
+    text = run if isinstance(run, str) else run_text(run)
+    where = [f"{f} (task {t})" if t and t != "nan" else str(f) for f, t in holders]
+    sources = list(dict.fromkeys(f for f, _ in holders))
+    folders = list(dict.fromkeys(str(Path(f).parent) if Path(f).name == "runs.csv" else f for f in sources))
+    tasks = list(dict.fromkeys(t for _, t in holders if t and t != "nan"))
+    if not fix:
+        if len(sources) == 1:
+            fix = f"{sources[0]} holds it {len(holders)} times: rerun its task into a fresh --output"
+        elif len(tasks) > 1:
+            fix = (f"tasks {' and '.join(tasks)} run the same model on the same dataset, so their runs coincide: "
+                   f"pass each run once (only one of {', '.join(folders)})")
+        else:
+            fix = f"pass each run once: leave one of {', '.join(folders)} out"
+    listed = ", ".join(where[:-1]) + f" and {where[-1]}" if len(where) > 1 else (where[0] if where else "?")
+    return PrismError(f"{what} ({text}): in {listed}; {fix}")
 
 
 def routed_rows(df: pd.DataFrame, kinds):
@@ -199,7 +252,7 @@ def read_run_table(path: Path, required_columns: tuple[str, ...] = ()) -> pd.Dat
         raise PrismError(f"{path}: missing column(s) {', '.join(missing)}")
     if df.empty:
         raise PrismError(f"{path}: has no rows")
-    return df
+    return plain_names(df)  # names from data reach no output with a control character
 
 
 #: What the report needs of each built-in table kind (besides its file and columns).
@@ -244,15 +297,20 @@ def register_tables(register) -> None:
                  label=f"{shift}-shift transfer", order=order, shift=shift, shift_table=True)
 
 
-def load_tables(results_dirs: list[Path], reference: Path | None, host=None, *, label_models_by_input: bool = False):
-    """RunTables of the results directories, the reference directory, or both
+def load_tables(results_dirs: list[Path], reference, host=None, *, label_models_by_input: bool = False,
+                reference_name: str = "--reference"):
+    """RunTables of the results directories, the reference (a directory, or its RunTables already read by
+    :func:`prism_plugin.reference_files.open_reference`), or both
     (rows of the same table concatenated; a model in both is an error). ``label_models_by_input``: see
     :func:`tables_from_results`."""
     if not results_dirs and reference is None:
         raise PrismError("give RESULTS_DIR... (prism-run results) or --reference DIR (published tables)")
     parts = []
-    if reference is not None:
-        parts.append(tables_from_reference_dir(reference, host=host))
+    if reference is not None:  # read by the caller (prism_plugin.reference_files.open_reference), or read here
+        if not isinstance(reference, RunTables):
+            reference_name = f"--reference {reference}"
+            reference = tables_from_reference_dir(reference, host=host)
+        parts.append(reference)
     if results_dirs:
         for d in results_dirs:
             if not d.exists():
@@ -267,8 +325,12 @@ def load_tables(results_dirs: list[Path], reference: Path | None, host=None, *, 
         if a is not None and b is not None:
             clash = sorted(set(a["model"]) & set(b["model"]))
             if clash:
-                raise PrismError(f"model name(s) {', '.join(map(str, clash))} appear in both --reference and the "
-                                 "results directories; rename your model (adapter display name) to compare")
+                holders = [(reference_name, "")] + [(str(f), "") for f in find_runs_files(results_dirs)
+                                                    if str(clash[0]) in set(read_run_table(f, ("model",))["model"]
+                                                                            .astype(str))]
+                raise duplicate_run_error(
+                    ", ".join(map(str, clash)), holders, "rename your model (adapter display name) to compare it "
+                    "with the reference model of that name", what="a reference model's name is also one of yours")
             merged[name] = pd.concat([a, b], ignore_index=True)
         else:
             merged[name] = a if a is not None else b

@@ -7,7 +7,6 @@ so the answer comes from the local cache immediately.
 
 from __future__ import annotations
 
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -39,14 +38,13 @@ def assert_remedies(message: str, hub_id: str) -> None:
 
 
 @pytest.mark.parametrize("name", list(EIGHT))
-def test_offline_request_fails_fast_with_hub_id(name, clean_hub, monkeypatch):
+def test_offline_request_fails_fast_with_hub_id(name, clean_hub, monkeypatch, network_attempts):
     needs_backend(name)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     adapter = adapter_class(name)()  # pretrained weights from the hub
-    t0 = time.perf_counter()
     with pytest.raises(hub.HubWeightsError) as err:
         adapter.build(torch.device("cpu"))
-    assert time.perf_counter() - t0 < 3.0
+    assert network_attempts == []  # offline: no lookup, no connect
     assert adapter._model is None  # failed before building the network
     message = str(err.value)
     assert_remedies(message, adapter.hub_id)
@@ -55,7 +53,7 @@ def test_offline_request_fails_fast_with_hub_id(name, clean_hub, monkeypatch):
         assert "accept the model's terms" in message
 
 
-def test_no_network_switches_the_hub_client_offline(clean_hub, monkeypatch):
+def test_no_network_switches_the_hub_client_offline(clean_hub, monkeypatch, network_attempts):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setattr(clean_hub, "HF_HUB_OFFLINE", False)
@@ -64,10 +62,10 @@ def test_no_network_switches_the_hub_client_offline(clean_hub, monkeypatch):
     monkeypatch.delenv("HTTPS_PROXY", raising=False)
     monkeypatch.delenv("https_proxy", raising=False)
     adapter = adapter_class("uni")()
-    t0 = time.perf_counter()
     with pytest.raises(hub.HubWeightsError) as err:
         adapter.build(torch.device("cpu"))
-    assert time.perf_counter() - t0 < 5.0
+    connects = [a for kind, a in network_attempts if kind == "connect"]
+    assert len(connects) == 1 and connects[0][1] == 9, network_attempts  # one refused probe, no retries
     assert clean_hub.HF_HUB_OFFLINE is True  # the already-imported client was switched too
     assert "no network: 127.0.0.1:9 unreachable" in str(err.value)
     assert_remedies(str(err.value), "MahmoodLab/UNI")
@@ -124,14 +122,13 @@ def test_weights_come_from_the_hub_cache_when_offline(clean_hub, monkeypatch, tm
         torch.testing.assert_close(loaded.forward(x), adapter.forward(x))
 
 
-def test_timm_generic_hub_model_fails_fast_offline(clean_hub, monkeypatch):
+def test_timm_generic_hub_model_fails_fast_offline(clean_hub, monkeypatch, network_attempts):
     from prism_plugin.model_adapters.timm_generic import TimmAdapter
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    t0 = time.perf_counter()
     with pytest.raises(PrismError) as err:  # the hub config is needed to build the architecture
         TimmAdapter("hf-hub:timm/vit_small_patch16_224.augreg_in21k", pretrained=True).build(torch.device("cpu"))
-    assert time.perf_counter() - t0 < 5.0
+    assert network_attempts == []  # offline: no lookup, no connect
     assert_remedies(str(err.value), "timm/vit_small_patch16_224.augreg_in21k")
 
 

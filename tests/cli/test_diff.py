@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import run_main, write_precomputed
+from tests.conftest import reseal, run_main, write_precomputed
 
 GRID = ["--set", "label_fractions=[0.5,1.0]", "--set", "seeds=[1,2]"]
 METRICS = ("auroc", "brier", "ece_fixed", "nll")
@@ -57,6 +57,7 @@ def write_reps(folder: Path, shared: float, own: float, seed: int, digest: str =
         np.savez(boot / f"prism_demo--f{r['fraction']:g}-s{r['seed']}.npz", format=np.array("prism-bootstrap/1"),
                  metrics=np.array(METRICS),
                  replicates=reps, point=point, n=200, seed=0, level=0.95, test_digest=digest)
+    reseal(folder)  # as if the run had written these replicates
 
 
 def diff(*args: str):
@@ -143,6 +144,7 @@ def test_unpaired_when_the_test_labels_differ_and_only_common_runs_are_diffed(ru
     write_reps(b, 0.05, 0.002, 2, digest=hashlib.sha256(b"other").hexdigest())
     rb = pd.read_csv(b / "runs.csv")
     rb.loc[rb["fraction"] == 0.5].to_csv(b / "runs.csv", index=False)  # B has only the 50 % runs
+    reseal(b)
     proc = diff(a, b, "--output", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     assert "**Caution**: prism_demo: the test labels differ" in proc.stdout
@@ -164,6 +166,7 @@ def test_bad_input_is_one_line(runs, tmp_path):
     other = copy(b, tmp_path / "other")
     rows = pd.read_csv(other / "runs.csv")
     rows.assign(fraction=rows["fraction"] * 0.3).to_csv(other / "runs.csv", index=False)
+    reseal(other)
     line = one_line(diff(a, other))
     assert str(a) in line and str(other) in line and "no run in common" in line
     bins = copy(b, tmp_path / "bins")

@@ -79,9 +79,10 @@ def test_os_errors_escaping_a_command_are_file_system_faults_not_bugs(monkeypatc
         raise OSError("not about a file")
 
     monkeypatch.setattr(ls, "run", bug)
-    assert main(["ls", "tasks"]) == 2  # a program error stays the command's: it names the command
-    assert "command 'ls' (plugin 'builtin_commands'" in (line := one_error_line(capsys))
-    assert "failed in run: OSError: not about a file" in line
+    assert main(["ls", "tasks"]) == 70  # a program error stays the command's: an internal error naming it
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("prism-run: internal error: command 'ls' (plugin 'builtin_commands'"), line
+    assert "failed in run: OSError: not about a file" in line and "\n" not in line
 
 
 @pytest.mark.parametrize("device, words", [

@@ -53,7 +53,7 @@ def test_kill_9_of_a_jobs_2_run_takes_its_workers_and_closes_the_pipe(tmp_path):
         env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
     seen: set[int] = set()
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600  # a hang guard, not a speed limit
         while time.monotonic() < deadline and proc.poll() is None:
             seen |= _children(proc.pid)
             if len(seen) >= 3:  # the resource tracker and two pool workers
@@ -62,12 +62,12 @@ def test_kill_9_of_a_jobs_2_run_takes_its_workers_and_closes_the_pipe(tmp_path):
         assert proc.poll() is None and len(seen) >= 3, f"no pool workers seen ({seen}); rc={proc.poll()}"
         time.sleep(0.3)  # let them start their units
         os.kill(proc.pid, signal.SIGKILL)  # the driver only, as `kill -9 PID` does
-        proc.wait(timeout=10)
+        proc.wait()  # the driver was killed: it is gone, however loaded the machine
         drained = threading.Event()
         reader = threading.Thread(target=lambda: (proc.stdout.read(), drained.set()), daemon=True)
         reader.start()
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 10 and any(_alive(p) for p in seen):
+        while time.monotonic() - t0 < 300 and any(_alive(p) for p in seen):  # a hang guard, not a speed limit
             time.sleep(0.05)
         left = [p for p in seen if _alive(p)]
         assert not left, f"still alive {time.monotonic() - t0:.1f} s after kill -9: {left}"
@@ -84,12 +84,13 @@ def test_kill_9_of_a_jobs_2_run_takes_its_workers_and_closes_the_pipe(tmp_path):
 def test_sigterm_unwinds_like_ctrl_c_with_exit_143(monkeypatch, capsys):
     import prism_plugin.commands.ls as ls
 
-    cleaned = []
+    cleaned, slept = [], []
 
     def slow(args):
         try:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
+            slept.append(True)  # reached only if SIGTERM did not unwind the sleep
         finally:
             cleaned.append(True)  # finally blocks run: temporary files are removed, pools stopped
         return 0
@@ -99,9 +100,8 @@ def test_sigterm_unwinds_like_ctrl_c_with_exit_143(monkeypatch, capsys):
     # worker used (Ray installs its own handler) must not decide whether SIGTERM ends the test process
     inherited = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        t0 = time.monotonic()
         assert main(["ls", "tasks"]) == 143
-        assert time.monotonic() - t0 < 4 and cleaned == [True]
+        assert slept == [] and cleaned == [True]
         err = capsys.readouterr().err.strip()
         assert err == "prism-run: terminated (SIGTERM); finished runs are kept, rerun the same command to resume"
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored for whoever called main()

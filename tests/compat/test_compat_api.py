@@ -267,7 +267,9 @@ def test_standalone_functions_against_independent_computations():
     assert compat.compute_cri(a, e, s) == pytest.approx(a * (1 - e) * s)
     assert compat.compute_cri(a, e, s, aggregation="arithmetic") == pytest.approx((a + 1 - e + s) / 3)
     assert compat.compute_cri(a, e, s, aggregation="geometric") == pytest.approx((a * (1 - e) * s) ** (1 / 3))
-    assert compat.compute_cri(a, 1.7, s, aggregation="worst_axis") == 0.0  # ece clipped to [0, 1]
+    assert compat.compute_cri(a, 1.0, s, aggregation="worst_axis") == 0.0
+    with pytest.raises(compat.CompatError, match=r"compute_cri ece_scaled: 1.7 is outside \[0, 1\]"):
+        compat.compute_cri(a, 1.7, s, aggregation="worst_axis")  # an ECE is in [0, 1]: refused, not clipped
     with pytest.raises(ValueError, match="unknown aggregation"):
         compat.compute_cri(a, e, s, aggregation="harmonic")
 

@@ -139,4 +139,4 @@ def test_task_key_is_validated(tmp_path):
     ok = run_main("validate", "prism_demo", "--set", "probability_dtype=float32")
     assert ok.returncode == 0, ok.stderr
     bad = run_main("validate", "prism_demo", "--set", "probability_dtype=half")
-    assert bad.returncode == 1 and "probability_dtype" in bad.stderr and "float32" in bad.stderr
+    assert bad.returncode == 2 and "probability_dtype" in bad.stderr and "float32" in bad.stderr

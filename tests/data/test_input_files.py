@@ -146,7 +146,7 @@ def test_same_split_name_refused_before_reading_data(tmp_path, capsys):
     assert rc == 2 and "splits val and test are the same data (both are split 'test' of X)" in err, err
     assert "same.yaml" in err and not (tmp_path / "out").exists()
     (tasks / "same.yaml").write_text((tasks / "same.yaml").read_text() + "allow_split_overlap: [val, tset]\n")
-    assert main(["validate", str(tasks / "same.yaml")]) == 1
+    assert main(["validate", str(tasks / "same.yaml")]) == 2
     assert "allow_split_overlap" in capsys.readouterr().err
 
 

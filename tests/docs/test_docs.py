@@ -25,7 +25,7 @@ PYTHON_BLOCKS = [(rel(p), i) for p in pages() for i, (lang, _) in enumerate(bloc
 def test_docs_build_strict(tmp_path):
     pytest.importorskip("mkdocs")
     res = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(MKDOCS),
-                          "-d", str(tmp_path / "site")], capture_output=True, text=True, timeout=300)
+                          "-d", str(tmp_path / "site")], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert (tmp_path / "site" / "extending" / "run_metrics" / "index.html").is_file()
 
@@ -52,7 +52,7 @@ def snippet_results(tmp_path_factory):
     env = {**os.environ, "PRISM_CACHE_DIR": str(root / "cache"), "HF_HUB_OFFLINE": "1", "MPLBACKEND": "Agg",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     res = subprocess.run([sys.executable, str(ROOT / "tests" / "docs" / "run_snippets.py"), str(root)],
-                         input=json.dumps(payload), capture_output=True, text=True, env=env, cwd=root, timeout=600)
+                         input=json.dumps(payload), capture_output=True, text=True, env=env, cwd=root)
     assert "@@RESULTS@@" in res.stdout, res.stdout[-3000:] + res.stderr[-3000:]
     out = json.loads(res.stdout.rsplit("@@RESULTS@@", 1)[1])
     return {(r["page"], r["block"]): r["error"] for r in out}

@@ -116,16 +116,36 @@ def test_reference_is_an_independent_forward(single, split):
     assert np.allclose(np.linalg.norm(single["X"], axis=1), 1, atol=1e-5) and np.unique(single["X"][:, 0]).size == N
 
 
-def test_two_local_processes_resume_and_write_the_same_entry(single, split, tmp_path, monkeypatch):
+def _tiny():
+    from tests.embed._tiny_adapter import TinyViT
+
+    return TinyViT(batch_size=BATCH)
+
+
+@pytest.fixture(scope="module")
+def tiny_single(split, tmp_path_factory):
+    """The in-process (1 worker) entry of the small ViT-like network the worker tests send to their workers
+    (no timm: a spawned worker or a Ray actor that imports timm takes twice as long to start; the demo
+    ViT's own adapter is checked above and below)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PRISM_SHARD_SIZE", str(SHARD))
+    try:
+        entry, _ = _extract(tmp_path_factory.mktemp("tiny-one"), split, make=_tiny)
+        yield {**_files(entry), "X": entry.load()[0].copy()}
+    finally:
+        mp.undo()
+
+
+def test_two_local_processes_resume_and_write_the_same_entry(tiny_single, split, tmp_path, monkeypatch):
     """An interrupted run left shards 0 and 3: they are kept, the other four go round robin to 2 worker
     processes (1 thread each), and the merged entry is byte for byte the in-process one."""
     monkeypatch.setenv("PRISM_SHARD_SIZE", str(SHARD))
     workers = make_workers(2, None, "cpu")
     assert isinstance(workers, LocalShardWorkers)
-    X = single["X"]
-    entry, _ = _extract(tmp_path, split, workers, done=[(0, X[0:SHARD]), (3, X[3 * SHARD:4 * SHARD])])
+    X = tiny_single["X"]
+    entry, _ = _extract(tmp_path, split, workers, done=[(0, X[0:SHARD]), (3, X[3 * SHARD:4 * SHARD])], make=_tiny)
     assert workers.ranks == {1: 0, 2: 1, 4: 0, 5: 1}
-    assert _same(entry, single)
+    assert _same(entry, tiny_single)
 
 
 @pytest.fixture(scope="module")
@@ -140,20 +160,16 @@ def ray_local():
         ray.shutdown()
 
 
-def test_two_ray_cpu_actors_write_the_same_entry(split, tmp_path, monkeypatch, ray_local):
-    """1 worker in-process against 2 Ray CPU actors, from scratch (a small ViT-like network without timm:
-    an actor that imports timm takes twice as long to start)."""
+def test_two_ray_cpu_actors_write_the_same_entry(tiny_single, split, tmp_path, monkeypatch, ray_local):
+    """1 worker in-process against 2 Ray CPU actors, from scratch (the small ViT-like network without timm)."""
     from prism_plugin.executors import extraction_workers
-    from tests.embed._tiny_adapter import TinyViT
 
     monkeypatch.setenv("PRISM_SHARD_SIZE", str(SHARD))
-    make = lambda: TinyViT(batch_size=BATCH)  # noqa: E731
-    reference, _ = _extract(tmp_path / "one", split, make=make)
     executor = SimpleNamespace(name="ray", ray=ray_local)
     workers = extraction_workers(executor, 2, "auto")
     assert workers.name == "ray" and workers.slots()[1] == {"num_cpus": 1}
-    entry, _ = _extract(tmp_path / "ray", split, workers, make=make)
-    assert _same(entry, _files(reference))
+    entry, _ = _extract(tmp_path / "ray", split, workers, make=_tiny)
+    assert _same(entry, tiny_single)
     assert workers.ranks == {0: 0, 1: 1, 2: 0, 3: 1, 4: 0, 5: 1}
 
 

@@ -9,7 +9,7 @@ from prism_plugin.executors import SplitRef, make_executor, plan_units
 from prism_plugin.errors import PrismError
 from prism_plugin.protocol.grid import GridSpec
 from prism_plugin.protocol.inputs import SplitArrays
-from tests.conftest import prism_run
+from tests.conftest import run_main
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def embedding_task(tmp_path_factory):
     centers = rng.normal(size=(3, 32))
     folder = root / "embeddings" / "FM" / "Toy"
     folder.mkdir(parents=True)
-    for split, n in (("train", 900), ("val", 200), ("test", 300)):
+    for split, n in (("train", 300), ("val", 100), ("test", 150)):  # 5 to 100 training rows a class
         y = rng.integers(0, 3, n)
         np.save(folder / f"{split}_features.npy", (centers[y] + 2 * rng.normal(size=(n, 32))).astype(np.float32))
         np.save(folder / f"{split}_labels.npy", y)
@@ -32,17 +32,23 @@ def embedding_task(tmp_path_factory):
 
 
 def run(root, out, *extra):
-    prism_run("--task", "toy", "--include-path", str(root / "tasks"), "--model", "precomputed",
-              "--model-args", f"root={root / 'embeddings' / 'FM'}", "--output", str(out), "--quiet", "--no-report",
-              *extra, check=True)
+    """``prism-run`` on the toy task in this process (the pool's workers and Ray's are processes either way)."""
+    run_main("--task", "toy", "--include-path", str(root / "tasks"), "--model", "precomputed",
+             "--model-args", f"root={root / 'embeddings' / 'FM'}", "--output", str(out), "--quiet", "--no-report",
+             *extra, check=True)
     return (out / "runs.csv").read_bytes()
 
 
 def test_process_pool_and_ray_match_in_process(embedding_task, tmp_path):
     serial = run(embedding_task, tmp_path / "serial")
     assert run(embedding_task, tmp_path / "pool", "--jobs", "2") == serial
-    pytest.importorskip("ray")
-    assert run(embedding_task, tmp_path / "ray", "--executor", "ray", "--jobs", "2") == serial
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()  # the run starts its own local instance (--jobs CPUs), as a user's would
+    try:
+        assert run(embedding_task, tmp_path / "ray", "--executor", "ray", "--jobs", "2") == serial
+        assert ray.is_initialized() and ray.cluster_resources().get("CPU") == 2
+    finally:
+        ray.shutdown()  # one Ray start for this module; the next module's test starts its own
 
 
 def test_memory_mapped_features_travel_by_path(tmp_path):

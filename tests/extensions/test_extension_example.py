@@ -1,11 +1,12 @@
 """The second example package adds one extension of each kind, with no edit to the core.
 
 ``examples/prism-extension-example`` is pip-installed (``--no-deps --no-build-isolation``, from a
-copy, so the source tree stays clean) into a private ``--target`` folder that only the
-``prism-run`` subprocesses of this module see (through ``PYTHONPATH``): other tests, and other
-in-process plugin hosts, never see the plugin. Every extension is then exercised end to end with
-real ``prism-run`` subprocesses on a tiny task of procedurally generated tiles and the offline
-``demo_vit`` adapter.
+copy, so the source tree stays clean) once per test session into a private ``--target`` folder
+(``install_once``). One real ``prism-run`` subprocess (the folder on ``PYTHONPATH``) runs the example's
+tasks with the offline ``demo_vit`` adapter on procedurally generated tiles; the listings, subcommands
+and the other runs call the CLI in this process inside ``installed_plugins`` (the folder on
+``sys.path``, a fresh plugin host reading its entry points; nothing of it is left after), so other
+tests and other plugin hosts never see the plugin.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import os
 import re
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
+
+from tests.conftest import installed_plugins, run_main
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "prism-extension-example"
@@ -55,17 +59,20 @@ def load_module(name: str):
 
 
 @pytest.fixture(scope="module")
-def example_env(tmp_path_factory):
-    from tests.conftest import pip_install_target
-
-    if not EXAMPLE.is_dir():
-        pytest.skip(f"{EXAMPLE} not found")
-    root = tmp_path_factory.mktemp("extension-example")
-    env = pip_install_target(EXAMPLE, root)
+def example_env(install_once, tmp_path_factory):
+    env = install_once(EXAMPLE)  # the session's installation (shared with test_feature_source_example)
     target = Path(env["_TARGET"])
     assert (target / "prism_extension_example" / "tasks" / f"{TASK}.yaml").is_file()  # package data shipped
+    root = tmp_path_factory.mktemp("extension-example")  # this module's own files (never into the target)
     return {"PYTHONPATH": env["PYTHONPATH"], "PRISM_CACHE_DIR": str(root / "cache"), "HF_HUB_OFFLINE": "1",
             "_TARGET": str(target), "_ROOT": str(root)}
+
+
+@contextmanager
+def example_cli(example_env):
+    """``cli(*args)``: ``prism-run ARGS`` in this process with the example installed (its cache folder)."""
+    with installed_plugins(example_env["_TARGET"]):
+        yield lambda *args: run_main(*args, env={"PRISM_CACHE_DIR": example_env["PRISM_CACHE_DIR"]})
 
 
 def variant_tasks(example_env) -> list[Path]:
@@ -85,11 +92,15 @@ def variant_tasks(example_env) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def results(example_env):
-    """The example's tasks (in-distribution, transfer) and two variants, run once with demo_vit."""
+    """The example's tasks (in-distribution, transfer) and two variants, run once with demo_vit in a real
+    ``prism-run`` process; the example task's report is then written by ``prism-run report`` (the builder a run
+    ends with, the plugin host with the example) in this process: the figures of one task, not of four."""
     out = Path(example_env["_ROOT"]) / "results"
     tasks = [TASK, TRANSFER, *map(str, variant_tasks(example_env))]
     ok(prism_run(example_env, *[a for t in tasks for a in ("--task", t)], "--model", "demo_vit",
-                 "--output", str(out), "--quiet", "--num-workers", "0"))
+                 "--output", str(out), "--quiet", "--num-workers", "0", "--no-report"))
+    with example_cli(example_env) as cli:
+        ok(cli("report", str(out / TASK / MODEL_DIR)))
     return out
 
 
@@ -97,36 +108,12 @@ def task_text(example_env) -> str:
     return (Path(example_env["_TARGET"]) / "prism_extension_example" / "tasks" / f"{TASK}.yaml").read_text()
 
 
-#: one subprocess runs the CLI for several listings (each `prism-run` start costs seconds)
-LS_SCRIPT = """
-import sys
-from prism_plugin.cli import main
-for argv in (a.split() for a in sys.argv[1:]):
-    print("=== " + " ".join(argv), flush=True)
-    try:
-        rc = main(argv)
-    except SystemExit as exc:  # --help
-        rc = exc.code
-    sys.stdout.flush()
-    print(f"=== rc {rc}", flush=True)
-"""
-
-
 @pytest.fixture(scope="module")
 def listings(example_env) -> dict[str, str]:
     wanted = ["ls sources", "ls adaptation", "ls metrics", "ls task-keys", "ls commands", "ls heads", "ls plugins",
               "ls tasks", "--help"]
-    proc = subprocess.run([sys.executable, "-c", LS_SCRIPT, *wanted], env={**os.environ, **example_env},
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out: dict[str, str] = {}
-    for block in proc.stdout.split("=== ")[1:]:
-        head, _, body = block.partition("\n")
-        if not head.startswith("rc "):
-            out[head] = body
-    codes = re.findall(r"=== rc (\S+)", proc.stdout)
-    assert codes == ["0"] * len(wanted), proc.stdout + proc.stderr
-    return out
+    with example_cli(example_env) as cli:
+        return {argv: ok(cli(*argv.split())).stdout for argv in wanted}
 
 
 # -- the registries list the example's entries with its origin --------------------------------
@@ -155,9 +142,11 @@ def test_ls_plugins_tasks_and_help(listings):
     assert "example-hello" in listings["--help"]
 
 
-def test_disable_switches_the_whole_plugin_off(example_env):
-    proc = ok(prism_run(example_env, "ls", "sources", "--disable", PLUGIN))
+def test_disable_switches_the_whole_plugin_off(example_env, listings):
+    with example_cli(example_env) as cli:
+        proc = ok(cli("ls", "sources", "--disable", PLUGIN))
     assert "noise_tiles" not in proc.stdout and "imagefolder" in proc.stdout
+    assert "noise_tiles" in listings["ls sources"]  # the same listing without --disable has it
 
 
 # -- one run: TTA columns, metrics, summary cells, report -------------------------------------
@@ -218,18 +207,19 @@ def test_third_party_head_is_fitted_and_adapted(results):
     assert runs["f1_macro_shot_im"].notna().all() and runs["f1_macro_median_shift"].notna().all()
 
 
-#: loads tasks in the example's environment and prints each resolved probe (or the one-line error)
-PROBE_SCRIPT = """
-import json, sys
-from prism_plugin.errors import PrismError
-from prism_plugin.plugins import get_host
-from prism_plugin.tasks.index import default_index
-for target, overrides in json.loads(sys.argv[1]):
-    try:
-        print(json.dumps(default_index(get_host()).load_task(target, overrides).probe))
-    except PrismError as exc:
-        print(json.dumps(str(exc)))
-"""
+def resolved_probes(cases) -> list:
+    """Each case's task loaded by a fresh index of the shared host: its resolved probe, or the one-line error."""
+    from prism_plugin.errors import PrismError
+    from prism_plugin.plugins import get_host
+    from prism_plugin.tasks.index import default_index
+
+    out = []
+    for target, overrides in cases:
+        try:
+            out.append(default_index(get_host()).load_task(target, overrides).probe)
+        except PrismError as exc:
+            out.append(str(exc))
+    return out
 
 
 def test_head_settings_are_declared_and_switching_the_head_drops_them(example_env, tmp_path):
@@ -243,9 +233,11 @@ def test_head_settings_are_declared_and_switching_the_head_drops_them(example_en
     a, o, e, b = (str(tmp_path / f"{n}.yaml") for n in ("alpha", "override", "explicit", "bad"))
     cases = [(a, []), (a, ["probe.kind=logistic"]), (a, ["probe.kind=logistic", "probes=null"]), (o, []), (e, []),
              (b, []), (a, ["probe.kind=example_centroid", "probe.alpa=1"])]
-    proc = ok(subprocess.run([sys.executable, "-c", PROBE_SCRIPT, json.dumps(cases)], capture_output=True, text=True,
-                             env={**os.environ, **example_env}, timeout=300))
-    own, set_kind, flag, include, explicit, bad, typo = map(json.loads, proc.stdout.splitlines())
+    with example_cli(example_env) as cli:
+        own, set_kind, flag, include, explicit, bad, typo = resolved_probes(cases)
+        # and a real run with --probe logistic on the task written for the plugin head
+        ok(cli("--task", a, "--model", "demo_vit", "--probe", "logistic", "--no-report", "--quiet",
+               "--num-workers", "0", "--output", str(tmp_path / "out")))
     assert own == {"kind": "example_centroid", "temperature": 0.05, "alpha": 0.5}  # the default filled in
     logistic = {"kind": "logistic", "C": 1.0, "max_iter": 1000, "backend": "sklearn"}
     assert set_kind == flag == include == logistic  # --set probe.kind, --probe, include + override
@@ -254,9 +246,6 @@ def test_head_settings_are_declared_and_switching_the_head_drops_them(example_en
     assert "probe.alpha: must be in [0, 1], got 2.0 (probe head example_centroid)" in bad
     assert "--set probe.alpa: probe.alpa: unknown key 'probe.alpa' for probe head 'example_centroid'; did you mean " \
            "'alpha'? (settings of example_centroid: temperature, alpha)" in typo
-    # and a real run with --probe logistic on the task written for the plugin head
-    ok(prism_run(example_env, "--task", a, "--model", "demo_vit", "--probe", "logistic", "--no-report", "--quiet",
-                 "--num-workers", "0", "--output", str(tmp_path / "out")))
     runs = pd.read_csv(tmp_path / "out" / "runs.csv")
     assert len(runs) == 4 and runs["auroc"].notna().all()
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -268,7 +257,8 @@ def test_bad_task_key_value_is_one_line_with_file_and_line(example_env, tmp_path
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     line_no = text.splitlines().index("example_threshold: 1.5") + 1
-    proc = prism_run(example_env, "--task", str(path), "--model", "demo_vit", "--output", str(tmp_path / "o"))
+    with example_cli(example_env) as cli:
+        proc = cli("--task", str(path), "--model", "demo_vit", "--output", str(tmp_path / "o"))
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert len(errors) == 1, proc.stderr
@@ -278,7 +268,8 @@ def test_bad_task_key_value_is_one_line_with_file_and_line(example_env, tmp_path
 # -- the subcommand and compare --------------------------------------------------------------
 
 def test_example_hello_subcommand(example_env, results):
-    proc = ok(prism_run(example_env, "example-hello", str(results / TASK)))
+    with example_cli(example_env) as cli:
+        proc = ok(cli("example-hello", str(results / TASK)))
     runs = pd.read_csv(results / TASK / MODEL_DIR / "runs.csv")
     assert "4 runs of 1 model(s) (DemoViT-Tiny) on 1 task(s) (example_noise_tiles)" in proc.stdout
     assert f"mean {METRIC}: {runs[METRIC].mean():.4f}" in proc.stdout
@@ -286,7 +277,8 @@ def test_example_hello_subcommand(example_env, results):
 
 def test_compare_shows_the_example_metric(example_env, results):
     # the variants repeat the example task's dataset: compare the shipped tasks only
-    proc = ok(prism_run(example_env, "compare", str(results / TASK), str(results / TRANSFER)))
+    with example_cli(example_env) as cli:
+        proc = ok(cli("compare", str(results / TASK), str(results / TRANSFER)))
     assert METRIC_LABEL in proc.stdout, proc.stdout  # a column of the ranking (compare=True)
 
 
@@ -342,3 +334,18 @@ def test_source_fingerprint_depends_on_content():
 
     with pytest.raises(PrismError, match=r"t.yaml: source.size: must be an integer in \[8, 512\]"):
         src_mod.NoiseTilesSource(task, size=2)
+
+
+def test_the_example_is_left_nowhere_in_this_process(example_env, listings):
+    """After the in-process calls (``listings`` saw the plugin): no entry point, module, path or cached host of
+    the example is left for the next tests of this worker."""
+    from importlib.metadata import entry_points
+
+    from prism_plugin.plugins import get_host
+
+    target = example_env["_TARGET"]
+    assert PLUGIN in listings["ls plugins"]
+    assert target not in sys.path
+    assert PLUGIN not in {ep.name for ep in entry_points(group="prism_plugin")}
+    assert not [n for n, m in list(sys.modules.items()) if str(getattr(m, "__file__", "") or "").startswith(target)]
+    assert PLUGIN not in get_host().infos

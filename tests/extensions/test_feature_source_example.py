@@ -1,15 +1,14 @@
 """A third party's feature source reads vectors without images: the example package's ``csv_vectors``
-(id, split, label, v0..vD per row) runs a task end to end with ``--model precomputed`` in a real
-``prism-run`` process, where decoding any image fails; runs.csv and the report are written and
-nothing is extracted or cached."""
+(id, split, label, v0..vD per row) runs a task end to end with ``--model precomputed``, the CLI called in
+this process with the example package installed (``install_once``: the session's pip installation, its entry
+points read by a fresh plugin host inside ``installed_plugins``) and ``PIL.Image.open`` refusing to decode
+any image; runs.csv and the report are written and nothing is extracted or cached. (The example's real
+``prism-run`` subprocess run is in test_extension_example.py.)"""
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,23 +18,6 @@ import pytest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "prism-extension-example"
 ORIGIN = "prism-extension-example 0.1.0"
-
-#: the CLI in a process where PIL cannot open an image: a feature source must never decode one
-SCRIPT = """
-import sys
-import PIL.Image
-
-def refuse(*args, **kwargs):
-    raise AssertionError("an image was decoded")
-
-PIL.Image.open = refuse
-from prism_plugin.cli import main
-for argv in (a.split("|") for a in sys.argv[1:]):
-    print("=== " + " ".join(argv), flush=True)
-    rc = main(argv)
-    sys.stdout.flush()
-    print(f"=== rc {rc}", flush=True)
-"""
 
 TASK = """\
 task: csv_demo
@@ -60,29 +42,36 @@ def vectors_csv(path: Path, d: int = 6, seed: int = 0) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def example(tmp_path_factory):
-    from tests.conftest import pip_install_target
+def refuse(*args, **kwargs):
+    raise AssertionError("an image was decoded")
 
-    if not EXAMPLE.is_dir():
-        pytest.skip(f"{EXAMPLE} not found")
+
+@pytest.fixture(scope="module")
+def example(install_once, tmp_path_factory):
+    import PIL.Image
+
+    from tests.conftest import installed_plugins, run_main
+
+    target = install_once(EXAMPLE)["_TARGET"]
     root = tmp_path_factory.mktemp("feature-source")
-    env = pip_install_target(EXAMPLE, root)
     tasks = root / "tasks"
     tasks.mkdir()
     (tasks / "csv_demo.yaml").write_text(TASK.format(file=vectors_csv(root / "vectors.csv")))
-    env = {**os.environ, "PYTHONPATH": env["PYTHONPATH"], "PRISM_CACHE_DIR": str(root / "cache")}
     out = root / "out"
     run = ["--task", "csv_demo", "--include-path", str(tasks), "--model", "precomputed", "--model-args",
            "name=CsvEncoder", "--output", str(out)]
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, "ls|sources", "|".join(run), "|".join(run)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.stdout.count("=== rc 0") == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return SimpleNamespace(root=root, out=out, stdout=proc.stdout)
+    env = {"PRISM_CACHE_DIR": str(root / "cache")}
+    # PIL cannot open an image in these calls: a feature source must never decode one
+    with pytest.MonkeyPatch.context() as mp, installed_plugins(target):
+        mp.setattr(PIL.Image, "open", refuse)
+        procs = [run_main(*argv, env=env) for argv in (["ls", "sources"], run, run)]
+    for proc in procs:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return SimpleNamespace(root=root, out=out, ls=procs[0].stdout, first=procs[1].stdout, second=procs[2].stdout)
 
 
 def test_ls_sources_lists_the_feature_source_with_its_kind_and_origin(example):
-    line = next(line for line in example.stdout.splitlines() if line.startswith("csv_vectors"))
+    line = next(line for line in example.ls.splitlines() if line.startswith("csv_vectors"))
     assert line.split()[1] == "features" and ORIGIN in line, line
 
 
@@ -98,7 +87,7 @@ def test_a_task_on_csv_vectors_runs_with_no_image_and_no_extraction(example):
 
 
 def test_the_second_run_resumes_every_run(example):
-    first, second = example.stdout.split("=== --task")[1:]
+    first, second = example.first, example.second
     assert "CsvEncoder on csv_demo (2 runs;" in first and "CsvEncoder on csv_demo (2 runs, 2 reused;" in second
 
 

@@ -68,7 +68,7 @@ def test_schema_error_names_file_line_and_key(tmp_path):
         "task: typo\ndataset: X\nclass_names: [a, b]\nsource: {type: demo}\n"
         "splits: {train: train, test: test}\nlabel_fraction: [0.1]\n")
     proc = run_main("validate", str(tmp_path / "typo.yaml"))
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "typo.yaml:6" in proc.stderr and "'label_fraction'" in proc.stderr and "label_fractions" in proc.stderr
 
 
@@ -77,7 +77,7 @@ def test_yaml_python_tags_never_execute(tmp_path):
     (tmp_path / "evil.yaml").write_text(
         f"task: evil\ndataset: !!python/object/apply:os.system ['touch {marker}']\n")
     proc = run_main("validate", str(tmp_path / "evil.yaml"))
-    assert proc.returncode == 1 and "not allowed" in proc.stderr
+    assert proc.returncode == 2 and "not allowed" in proc.stderr
     assert not marker.exists()
 
 
@@ -126,10 +126,15 @@ def test_labels_out_of_range_for_task_classes():
 
 
 def test_corrupt_cache_entry_is_detected_and_recomputed(tmp_path):
-    # a private cache: the entry corrupted is this run's own (in-process runs; --limit keeps extraction short)
+    # a private cache: the entry corrupted is this run's own (in-process runs); the demo source with 4 to 6
+    # tiles a class per split keeps both the tile generation and the extraction short
     cache = tmp_path / "cache"
-    small = ["--task", "prism_demo", "--model", "demo_vit", "--quiet", "--no-report", "--limit", "24",
-             "--cache-dir", str(cache), "--set", "label_fractions=[1.0]", "--set", "seeds=[42]"]
+    (tmp_path / "tiny_demo.yaml").write_text(
+        "task: tiny_demo\ndataset: Demo-Binary\nclass_names: [normal, tumour]\n"
+        "source: {type: demo, variant: binary, per_class: {train: 6, val: 4, test: 4}}\n"
+        "splits: {train: train, val: val, test: test}\nlabel_fractions: [1.0]\nseeds: [42]\n")
+    small = ["--task", str(tmp_path / "tiny_demo.yaml"), "--model", "demo_vit", "--quiet", "--no-report",
+             "--cache-dir", str(cache)]
     out = tmp_path / "r1"
     run_main(*small, "--output", str(out), check=True)
     from prism_plugin.embed.cache import EmbeddingCache

@@ -1,5 +1,6 @@
 """`prism-run` end to end: the offline demo (as a subprocess of the console script, then in-process reruns),
-precomputed embeddings, a third-party package (subprocesses: its entry points come from PYTHONPATH)."""
+precomputed embeddings, a third-party package (one subprocess run, its entry points from PYTHONPATH; the listings and
+the --disable reruns in-process with the package's folder on sys.path)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pandas as pd
 import pytest
 
 from prism_plugin import evaluate
-from tests.conftest import prism_run, run_main
+from tests.conftest import installed_plugins, prism_run, run_main
 
 HERE = Path(__file__).resolve().parent
 SMALL_GRID = ["--set", "label_fractions=[0.1,1.0]", "--set", "seeds=[42,123]"]
@@ -101,21 +102,15 @@ def test_precomputed_embeddings_end_to_end(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def thirdparty_installed(tmp_path_factory):
-    from tests.conftest import pip_install_target
-
-    env = pip_install_target(HERE / "thirdparty_pkg", tmp_path_factory.mktemp("thirdparty"))
-    return {"PYTHONPATH": env["PYTHONPATH"]}
+def thirdparty_installed(install_once):
+    return install_once(HERE / "thirdparty_pkg")  # the session's installation (shared with test_model_labels)
 
 
 def test_third_party_adapter_and_metric_via_entry_points(thirdparty_installed, tmp_path):
-    ls = prism_run("ls", "adapters", env=thirdparty_installed, check=True).stdout
-    assert "thirdparty_colour" in ls and "prism-thirdparty-test" in ls
-    plugins = prism_run("ls", "plugins", env=thirdparty_installed, check=True).stdout
-    assert "thirdparty_metrics" in plugins and "run_metrics" in plugins
     out = tmp_path / "tp"
-    prism_run("--task", "prism_demo", "--model", "thirdparty_colour", "--output", str(out), "--quiet",
-              *SMALL_GRID, env=thirdparty_installed, check=True)
+    # a real prism-run process finds both entry points through PYTHONPATH
+    prism_run("--task", "prism_demo", "--model", "thirdparty_colour", "--output", str(out), "--quiet", "--no-report",
+              *SMALL_GRID, env={"PYTHONPATH": thirdparty_installed["PYTHONPATH"]}, check=True)
     runs = pd.read_csv(out / "runs.csv")
     assert runs.model.unique().tolist() == ["ThirdPartyCNN"]
     assert "thirdparty_accuracy" in runs and runs.thirdparty_accuracy.between(0, 1).all()
@@ -123,13 +118,18 @@ def test_third_party_adapter_and_metric_via_entry_points(thirdparty_installed, t
     # exact check: accuracy >= the share of the majority prediction is impossible to beat trivially, so compare
     # with the binary F1/degeneracy relation instead: a non-degenerate probe is above chance here
     assert (runs.thirdparty_accuracy > 0.5).all()
-    # disabling by name (flag and env var) removes its column
-    out2 = tmp_path / "tp2"
+    # in this process (a fresh plugin host reads the entry points): the listings, and disabling by name (flag and
+    # env var) removes its column
+    out2, out3 = tmp_path / "tp2", tmp_path / "tp3"
     fast = ["--no-report", "--set", "label_fractions=[1.0]", "--set", "seeds=[42]"]  # the cached embeddings
-    prism_run("--task", "prism_demo", "--model", "thirdparty_colour", "--output", str(out2), "--quiet",
-              "--disable", "thirdparty_metrics", *fast, env=thirdparty_installed, check=True)
+    with installed_plugins(thirdparty_installed["_TARGET"]):
+        ls = run_main("ls", "adapters", check=True).stdout
+        plugins = run_main("ls", "plugins", check=True).stdout
+        run_main("--task", "prism_demo", "--model", "thirdparty_colour", "--output", str(out2), "--quiet",
+                 "--disable", "thirdparty_metrics", *fast, check=True)
+        run_main("--task", "prism_demo", "--model", "thirdparty_colour", "--output", str(out3), "--quiet",
+                 *fast, env={"PRISM_DISABLE_PLUGINS": "thirdparty_metrics"}, check=True)
+    assert "thirdparty_colour" in ls and "prism-thirdparty-test" in ls
+    assert "thirdparty_metrics" in plugins and "run_metrics" in plugins
     assert "thirdparty_accuracy" not in pd.read_csv(out2 / "runs.csv")
-    out3 = tmp_path / "tp3"
-    prism_run("--task", "prism_demo", "--model", "thirdparty_colour", "--output", str(out3), "--quiet",
-              *fast, env={**thirdparty_installed, "PRISM_DISABLE_PLUGINS": "thirdparty_metrics"}, check=True)
     assert "thirdparty_accuracy" not in pd.read_csv(out3 / "runs.csv")

@@ -236,8 +236,9 @@ def test_a_hook_with_wrong_argument_names_is_refused_naming_the_plugin():
 
 
 def test_a_broken_third_party_fails_in_one_line_through_the_cli(tmp_path):
-    """A misspelled hook in an installed package stops prism-run at start with one line."""
-    from tests.conftest import pip_install_target, prism_run
+    """A misspelled hook in an installed package stops prism-run at start with one line (the CLI in this process,
+    the package's folder on sys.path: a fresh plugin host reads its entry point)."""
+    from tests.conftest import installed_plugins, pip_install_target, run_main
 
     pkg = tmp_path / "typo-pkg"
     (pkg / "typo_pkg").mkdir(parents=True)
@@ -256,8 +257,9 @@ def test_a_broken_third_party_fails_in_one_line_through_the_cli(tmp_path):
         typo = "typo_pkg"
         """))
     env = pip_install_target(pkg, tmp_path / "install")
-    proc = prism_run("ls", "plugins", env={"PYTHONPATH": env["PYTHONPATH"]})
-    assert proc.returncode == 2
+    with installed_plugins(env["_TARGET"]):
+        proc = run_main("ls", "plugins")
+    assert proc.returncode == 2 and not proc.stdout
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "plugin 'typo': run_metric" in lines[0] and "did you mean 'run_metrics'?" in lines[0]
 

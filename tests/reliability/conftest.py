@@ -121,20 +121,36 @@ def summary(out: Path) -> dict:
 
 @pytest.fixture(scope="session")
 def ref(tmp_path_factory):
-    """An uninterrupted small demo run: its warm cache, its output folder and its runs.csv bytes."""
+    """An uninterrupted small demo run: its warm cache, its output folder and its runs.csv bytes (no report:
+    the runs that test the report, such as test_security's, write their own)."""
     root = tmp_path_factory.mktemp("rel-ref")
     cache, out = root / "cache", root / "out"
-    proc = small_run(cache, out)
+    proc = small_run(cache, out, "--no-report")
     return {"cache": cache, "out": out, "runs": (out / "runs.csv").read_bytes(), "stdout": proc.stdout,
             "stderr": proc.stderr, "root": root}
 
 
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 @pytest.fixture
 def copy_cache(tmp_path, ref):
-    """A private copy of the warm reference cache."""
-    def make(name: str = "cache") -> Path:
+    """A private copy of the warm reference cache; ``embeddings=False``: a cold embedding cache.
+
+    Either way the demo tiles the reference run generated under its cache (``datasets/``, read only once
+    complete) are hard-linked in, so a run on the copy does not draw the 480 tiles again."""
+    def make(name: str = "cache", embeddings: bool = True) -> Path:
         dst = tmp_path / name
-        shutil.copytree(ref["cache"] / "embeddings", dst / "embeddings",
-                        ignore=shutil.ignore_patterns("*.lock", ".trash"))
+        if embeddings:
+            shutil.copytree(ref["cache"] / "embeddings", dst / "embeddings",
+                            ignore=shutil.ignore_patterns("*.lock", ".trash"))
+        if (ref["cache"] / "datasets").is_dir():
+            shutil.copytree(ref["cache"] / "datasets", dst / "datasets", copy_function=_link_or_copy,
+                            ignore=shutil.ignore_patterns("*.lock", ".*"))
+        dst.mkdir(parents=True, exist_ok=True)
         return dst
     return make

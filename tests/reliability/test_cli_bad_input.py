@@ -53,7 +53,7 @@ def cases(tmp: Path) -> list[tuple[str, list[str], dict, str]]:
         ("python tag task file", ["--task", str(tmp / "evil.yaml"), "--model", "demo_vit"], {}, "not allowed"),
         ("recursive alias task file", ["--task", str(tmp / "cyclic.yaml"), "--model", "demo_vit"], {}, "own anchor"),
         ("python tag in --set", demo + ["--set", f"seeds=!!python/object/apply:os.system ['touch {marker}']"], {},
-         "not valid YAML"),
+         "--set seeds: YAML tags are not allowed"),
         ("near-duplicate fractions", demo + ["--set", "label_fractions=[0.5,0.5000001]"], {}, "duplicates"),
         ("model-args without =", demo + ["--model-args", "pooling"], {}, "key=value"),
         ("negative --num-workers", demo + ["--num-workers", "-1"], {}, "--num-workers -1: must be >= 0"),

@@ -25,11 +25,12 @@ def wait_ok(proc, timeout: float = 300) -> str:
     return log
 
 
-def test_three_runs_same_task_share_one_extraction(tmp_path, ref):
-    """Same task, same cold cache, started together: every tile is embedded exactly once in total
+def test_three_runs_same_task_share_one_extraction(tmp_path, ref, copy_cache):
+    """Same task, same cold embedding cache, started together: every tile is embedded exactly once in total
     (the entry lock), and every table equals the uninterrupted run. (Runs sharing one results
-    folder are exercised by benchmarks/chaos.py.)"""
-    cache = tmp_path / "cache"
+    folder are exercised by benchmarks/chaos.py; the demo tiles, drawn once for the session, are
+    linked in: generations racing on one cache are tested below.)"""
+    cache = copy_cache(embeddings=False)
     outs = [tmp_path / f"out{i}" for i in range(3)]
     procs = [start(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output", str(o)], tmp_path / f"{i}.log")
              for i, o in enumerate(outs)]
@@ -73,6 +74,40 @@ def test_other_task_runs_while_cache_is_verified_and_evicted(tmp_path, ref, copy
     assert cli.main(multi + ["--cache-dir", str(cache), "--output", str(tmp_path / "b2")]) == 0
     assert (tmp_path / "b2" / "runs.csv").read_bytes() == (out_b / "runs.csv").read_bytes()
     assert cli.main(["cache", "verify", "--cache-dir", str(cache)]) == 0
+
+
+def _draw_tiles(cache: str, barrier, results) -> None:
+    from prism_plugin.data import demo
+    from prism_plugin.data.datacache import using_cache_dir
+
+    try:
+        barrier.wait(60)
+        with using_cache_dir(cache):
+            results.put(str(demo.ensure_demo_dataset("binary", {"train": 40, "val": 20, "test": 20}, size=16)))
+    except BaseException as exc:  # noqa: BLE001 - reported by the test
+        results.put(f"error: {type(exc).__name__}: {exc}")
+
+
+def test_processes_drawing_the_demo_tiles_together_on_a_fresh_cache_agree(tmp_path):
+    """Three processes generate the same demo tiles into one fresh cache at once (what runs started together
+    on a new --cache-dir do): each gets the same complete folder, and no temporary folder is left."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    barrier, results = ctx.Barrier(3), ctx.Queue()
+    procs = [ctx.Process(target=_draw_tiles, args=(str(tmp_path), barrier, results)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    assert not [g for g in got if g.startswith("error")], got
+    assert len(set(got)) == 1
+    root = Path(got[0])
+    assert root.parent == tmp_path / "datasets" and (root / "COMPLETE").is_file()
+    assert len(list(root.rglob("*.png"))) == 2 * (40 + 20 + 20)
+    assert [p.name for p in (tmp_path / "datasets").iterdir()] == [root.name]  # no temporary folder left
 
 
 # -- in-process races on one entry (threads) ------------------------------------------------------

@@ -3,7 +3,8 @@
 A hypothesis generator builds a small valid train/val/test problem and applies
 up to three mutations (NaN/inf, dtypes, 0/1 rows, 1-D or 3-D features,
 mismatched lengths, float/str/out-of-range labels, a single class, classes only
-in test, bad grid arguments). Every outcome must be either the per-run table
+in test, bad grid arguments); every mutation kind is the first one of a few
+cases (derandomized), composed with random others. Every outcome must be either the per-run table
 (the documented behaviour, e.g. AUROC NaN for a single-class test split) or a
 PrismError with one line naming the split or argument; never another
 exception, never a hang, never a file written, never the caller's arrays
@@ -26,8 +27,6 @@ from prism_plugin.api import evaluate
 from prism_plugin.errors import PrismError
 
 COUNTS = {"examples": 0, "tables": 0, "errors": 0}
-FUZZ = settings(max_examples=int(os.environ.get("PRISM_FUZZ_EXAMPLES", "300")), deadline=None, database=None,
-                derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 NAMES = ("train", "val", "test", "n_classes", "label_fractions", "seeds", "C", "max_iter", "ece_bins",
          "binary_logits", "proportional_val", "probe", "features", "labels", "class")
 
@@ -159,8 +158,18 @@ def _with(arr, value, rng):
     return arr
 
 
+#: the mutation kinds: each is the first mutation of a few cases of its own (composed with up to two random
+#: others), besides the cases of 0-3 random mutations
+KINDS = sorted(ARRAY_MUTATIONS) + sorted(SPLIT_ONLY)
+_SETTINGS = dict(deadline=None, database=None, derandomize=True,
+                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+#: $PRISM_FUZZ_EXAMPLES: the cases of random mutations (the valid problem among them); 3 more per kind
+FUZZ = settings(max_examples=int(os.environ.get("PRISM_FUZZ_EXAMPLES", "100")), **_SETTINGS)
+FUZZ_EACH = settings(max_examples=3, **_SETTINGS)
+
+
 @st.composite
-def fuzz_case(draw):
+def fuzz_case(draw, first: str = "random"):
     import random
 
     k = draw(st.sampled_from([2, 3]))
@@ -168,8 +177,10 @@ def fuzz_case(draw):
                      d=draw(st.integers(1, 5)), seed=draw(st.integers(0, 3)))
     rng = random.Random(draw(st.integers(0, 10**6)))
     names = []
-    for _ in range(draw(st.integers(0, 3))):
-        name = draw(st.sampled_from(sorted(ARRAY_MUTATIONS) + sorted(SPLIT_ONLY)))
+    chosen = [] if first == "random" else [first]
+    chosen += [None] * draw(st.integers(0, 3 - len(chosen)))
+    for name in chosen:
+        name = name or draw(st.sampled_from(sorted(ARRAY_MUTATIONS) + sorted(SPLIT_ONLY)))
         if name in SPLIT_ONLY:
             SPLIT_ONLY[name](splits)
         else:
@@ -189,9 +200,7 @@ def fuzz_case(draw):
     return names, splits, kwargs
 
 
-@FUZZ
-@given(case=fuzz_case())
-def test_evaluate_fuzz(tmp_path, monkeypatch, case):
+def _fuzz_one(tmp_path, monkeypatch, case):
     names, splits, kwargs = case
     monkeypatch.chdir(tmp_path)
     COUNTS["examples"] += 1
@@ -203,6 +212,21 @@ def test_evaluate_fuzz(tmp_path, monkeypatch, case):
         fr = kwargs.get("fractions", [0.5, 1.0])
         sd = kwargs.get("seeds", [42])
         check_table(out, fr, sd)
+
+
+@FUZZ
+@given(case=fuzz_case())
+def test_evaluate_fuzz(tmp_path, monkeypatch, case):
+    _fuzz_one(tmp_path, monkeypatch, case)
+
+
+@pytest.mark.parametrize("first", KINDS)
+@FUZZ_EACH
+@given(data=st.data())
+def test_evaluate_fuzz_each_mutation(tmp_path, monkeypatch, first, data):
+    case = data.draw(fuzz_case(first), label="case")
+    assert case[0][0].split("@")[0] == first  # every kind is fuzzed, none skipped
+    _fuzz_one(tmp_path, monkeypatch, case)
 
 
 def test_fuzz_counts_report(capsys):

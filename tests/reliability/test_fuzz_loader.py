@@ -23,8 +23,21 @@ from prism_plugin.tasks.index import TaskIndex
 from prism_plugin.tasks.schema import TaskConfig
 
 COUNTS = {"text": 0, "mutated": 0, "overrides": 0}
-FUZZ = settings(max_examples=int(__import__("os").environ.get("PRISM_FUZZ_EXAMPLES", "400")), deadline=None, database=None, derandomize=True,
+FUZZ = settings(max_examples=int(__import__("os").environ.get("PRISM_FUZZ_EXAMPLES", "200")), deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _library_versions_read_once():
+    """check_task fingerprints every task that loads; the installed library versions in that fingerprint are
+    read once for the module (importlib.metadata costs more than loading the task itself)."""
+    from prism_plugin import runner
+
+    versions = runner.library_versions()
+    mp = pytest.MonkeyPatch()
+    mp.setattr(runner, "library_versions", lambda: dict(versions))
+    yield
+    mp.undo()
 
 BASE = {
     "task": "fuzz_task",
@@ -254,7 +267,7 @@ OVERRIDE_CASES = [
     ("no equals sign", "label_fractions", "expected KEY=VALUE"),
     ("empty key", "=1", "the key is empty"),
     ("bad yaml value", "seeds=[1,", "not valid YAML"),
-    ("python tag value", "seeds=!!python/object/apply:os.system ['touch /tmp/prism-pwned']", "not valid YAML"),
+    ("python tag value", "seeds=!!python/object/apply:os.system ['touch /tmp/prism-pwned']", "tags are not allowed"),
     ("typo key", "prob.C=0.5", "unknown key 'prob'"),
     ("wrong type", "seeds=abc", "seeds"),
     ("near-duplicate fractions", "label_fractions=[0.5,0.5]", "duplicates"),

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from prism_plugin import cli
+from prism_plugin.errors import PrismError
 from prism_plugin.results import CELL_FORMAT, ResultsDir, read_summary, report_problem, summary_dirs, summary_problem
 from prism_plugin.storage import atomic_write_text
 from prism_plugin.kept_runs import check_grid_kept
@@ -129,13 +130,12 @@ def test_killed_rerun_leaves_no_silently_stale_summary_or_report(tmp_path, emb, 
     assert "describes the earlier table" in data["stale"] and data["n_runs"] == N_GRID  # kept, visibly marked
     assert not (out / "report.md").exists() and not (out / "report.html").exists()
     assert "is out of date" in summary_problem(out)
-    with pytest.warns(UserWarning, match="out of date"):
-        assert summary_dirs([out]) == [] and read_summary(out) == {}
+    for read in (summary_dirs, read_summary):  # every reader refuses the folder, naming the file
+        with pytest.raises(PrismError, match="out of date"):
+            read([out] if read is summary_dirs else out)
 
     rc, stdout, err = run_report(capsys, out)
-    assert rc == 0, err
-    assert "summary.json not used" in (out / "report.md").read_text()
-    assert report_problem(out) is None  # the rebuilt report describes the runs.csv that is there
+    assert rc == 2 and not (out / "report.md").exists(), err  # no report of numbers that do not belong together
 
     rc, _, err = run(capsys, emb, out, grid=bigger, report=True)  # the same command again: all consistent
     assert rc == 0, err
@@ -147,7 +147,8 @@ def run_report(capsys, out: Path):
     rc = cli.main(["report", str(out), *LIGHT_REPORT])
     cap = capsys.readouterr()
     said = [line for line in cap.err.splitlines() if "summary.json" in line]
-    assert len(said) == 1 and said[0].startswith("prism-run: warning: ") and "out of date" in said[0], cap.err
+    assert len(said) == 1 and said[0].startswith("prism-run: error: ") and "out of date" in said[0], cap.err
+    assert str(out / "summary.json") in said[0] and "rerun the same prism-run command" in said[0]
     return rc, cap.out, cap.err
 
 
@@ -156,8 +157,8 @@ def test_edited_runs_csv_is_detected_by_the_readers(tmp_path, emb, capsys):
     assert run(capsys, emb, out)[0] == 0
     (out / "runs.csv").write_text((out / "runs.csv").read_text().replace("0.5,", "0.55,", 1))
     assert "describes another runs.csv" in summary_problem(out)
-    with pytest.warns(UserWarning, match="describes another runs.csv"):
-        assert summary_dirs([tmp_path]) == []
+    with pytest.raises(PrismError, match="describes another runs.csv"):
+        summary_dirs([tmp_path])
     assert summary_dirs([tmp_path], verified=False) == [out]
 
 

@@ -29,7 +29,6 @@ from tests.reliability.conftest import (
     kill_when,
     run_env,
     shard_progress,
-    small_run,
     start,
     summary,
 )
@@ -56,36 +55,58 @@ def valid_cells(out: Path) -> set[str]:
     return ids
 
 
-@pytest.mark.parametrize("seed", [3, 11])
-def test_kill_during_extraction_resumes_at_shard_granularity(tmp_path, ref, seed):
-    rng = random.Random(seed)
-    cache, out = tmp_path / "cache", tmp_path / "out"
+def partial_shards(cache: Path) -> int:
+    """Shards of entries still being extracted (a kill there leaves them for the restart to keep)."""
+    return sum(len(e.shards_on_disk()) for e in EmbeddingCache(cache).entries() if not e.exists())
+
+
+def resume_in_process(cache: Path, out: Path, capsys, monkeypatch) -> tuple[str, str]:
+    """The restart with the same arguments, in this process (the kill -9 is what needs a process); one torch
+    thread, as the subprocess runs (OMP_NUM_THREADS=1), so re-extracted rows are the same bits."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rc, stdout, err = main_in_process(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output",
+                                                            str(out)], capsys, monkeypatch)
+    finally:
+        torch.set_num_threads(threads)
+    assert rc == 0, err
+    assert "Traceback" not in err, err
+    return stdout, err + " ".join(str(w.message) for w in caught)
+
+
+def test_kill_during_extraction_resumes_at_shard_granularity(tmp_path, ref, copy_cache, capsys, monkeypatch):
+    """SIGKILL mid-split (finished entries and shards of a partial one on disk); one of those shards is then
+    damaged: the restart keeps every intact shard, re-extracts the damaged one and the missing ones only."""
+    rng = random.Random(11)
+    cache, out = copy_cache(embeddings=False), tmp_path / "out"  # a cold embedding cache
     kill_at = rng.randint(1, N_SHARDS - 1)
     proc = start(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output", str(out)], tmp_path / "run1.log")
-    assert kill_when(proc, lambda: shard_progress(cache) >= kill_at) == "killed"
+    assert kill_when(proc, lambda: shard_progress(cache) >= kill_at and partial_shards(cache) > 0) == "killed"
     done, shards = intact_rows(cache)
     assert 0 < done < N_TILES, done
-    corrupted_rows = 0
-    if seed == 11 and shards:  # also damage one finished shard: it must be detected and re-extracted
-        entry, index = shards[rng.randrange(len(shards))]
-        fpath = entry.shard_paths(index)[0]
-        data = bytearray(fpath.read_bytes())
-        data[-5] ^= 0xFF
-        fpath.write_bytes(bytes(data))
-        corrupted_rows = json.loads(entry.shard_meta_path(index).read_text())["rows"]
-    proc2 = small_run(cache, out)
+    assert shards  # the kill point has a partial entry: its shards are what the restart must keep
+    entry, index = shards[rng.randrange(len(shards))]
+    fpath = entry.shard_paths(index)[0]
+    data = bytearray(fpath.read_bytes())
+    data[-5] ^= 0xFF
+    fpath.write_bytes(bytes(data))
+    corrupted_rows = json.loads(entry.shard_meta_path(index).read_text())["rows"]
+    _, said = resume_in_process(cache, out, capsys, monkeypatch)
     s = summary(out)
     assert s["timings"]["extracted_tiles"] == N_TILES - done + corrupted_rows
-    if corrupted_rows:
-        assert "is corrupt" in proc2.stderr and "re-extracting" in proc2.stderr
+    assert "is corrupt" in said and "re-extracting" in said
     assert (out / "runs.csv").read_bytes() == ref["runs"]
     for entry in EmbeddingCache(cache).entries():  # complete, verified, no shard left behind
         assert entry.exists() and entry.check() is None and not entry.shard_dir.exists()
 
 
-@pytest.mark.parametrize("seed", [5, 8])
-def test_kill_during_grid_recomputes_only_unfinished_cells(tmp_path, ref, copy_cache, seed):
-    rng = random.Random(seed)
+def test_kill_during_grid_recomputes_only_unfinished_cells(tmp_path, ref, copy_cache, capsys, monkeypatch):
+    rng = random.Random(5)
     cache, out = copy_cache(), tmp_path / "out"
     kill_at = rng.randint(1, N_CELLS - 2)
     proc = start(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output", str(out)], tmp_path / "run1.log")
@@ -93,7 +114,7 @@ def test_kill_during_grid_recomputes_only_unfinished_cells(tmp_path, ref, copy_c
     before = valid_cells(out)
     assert kill_at <= len(before) < N_CELLS
     assert not (out / "summary.json").exists()
-    small_run(cache, out)
+    resume_in_process(cache, out, capsys, monkeypatch)
     s = summary(out)
     assert set(s["reused_cells"]) == before
     assert s["stale_cells"] == []

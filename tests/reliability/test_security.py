@@ -58,7 +58,7 @@ def test_payload_in_an_include_and_in_set_is_refused(tmp_path):
     with pytest.raises(PrismError, match="not allowed"):
         TaskIndex([tmp_path]).load(str(tmp_path / "t.yaml"))
     (tmp_path / "ok.yaml").write_text("task: ok\ndataset: d\n")
-    with pytest.raises(PrismError, match="not valid YAML"):
+    with pytest.raises(PrismError, match="--set seeds: YAML tags are not allowed"):
         TaskIndex([tmp_path]).load(str(tmp_path / "ok.yaml"), [f"seeds=!!python/object/apply:os.system ['touch {marker}']"])
     assert not marker.exists()
 
@@ -154,6 +154,7 @@ def test_hub_token_is_never_written(tmp_path, ref, copy_cache, capsys, monkeypat
     assert cli.main(["cache", "verify", "--cache-dir", str(cache)]) == 0
     console = capsys.readouterr()
     assert len(json.loads((out / "summary.json").read_text())["reused_cells"]) in (0, N_CELLS)
+    assert (out / "report.html").is_file()  # the report is among the files searched
     written = [p for root in (out, cache, ref["out"], ref["cache"]) for p in root.rglob("*") if p.is_file()]
     assert len(written) > 10
     leaks = [str(p) for p in written if SECRET.encode() in p.read_bytes() or SECRET in p.name]

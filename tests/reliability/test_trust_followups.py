@@ -35,7 +35,7 @@ def _task(tmp_path, name="t", dataset="Toy", val="val", extra=""):
 ])
 def test_validate_refuses_from_the_task_alone(tmp_path, capsys, kwargs, key, words):
     f = _task(tmp_path, **kwargs)
-    assert main(["validate", str(f)]) == 1
+    assert main(["validate", str(f)]) == 2
     err = capsys.readouterr().err
     assert words in err and (key in err), err
     assert len([line for line in err.splitlines() if line.strip()]) == 1, err

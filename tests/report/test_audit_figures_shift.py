@@ -215,10 +215,10 @@ def test_shift_key_validation_and_validate_hint(tmp_path, capsys):
     (tasks / "typo.yaml").write_text("task: typo\nkind: transfer\nsource_task: s\ntarget_task: t\nshift: covarite\n")
     (tasks / "indom.yaml").write_text("task: indom\ndataset: S\nclass_names: [a, b]\nsource: {type: precomputed}\n"
                                       "splits: {train: train, val: val, test: test}\nshift: covariate\n")
-    assert main(["validate", "typo", "--include-path", str(tasks)]) == 1
+    assert main(["validate", "typo", "--include-path", str(tasks)]) == 2
     err = capsys.readouterr().err
     assert "typo.yaml" in err and "shift" in err and "did you mean 'covariate'" in err
-    assert main(["validate", "indom", "--include-path", str(tasks)]) == 1
+    assert main(["validate", "indom", "--include-path", str(tasks)]) == 2
     assert "only applies to kind: transfer" in capsys.readouterr().err
     assert main(["validate", "site", "plain", "--include-path", str(tasks)]) == 0
     out = capsys.readouterr().out

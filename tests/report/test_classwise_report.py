@@ -18,7 +18,8 @@ from prism_plugin.plugins import get_host
 from prism_plugin.report.sections import read_view
 from prism_plugin.metrics.classwise import FEW_SAMPLES
 from prism_plugin.report.classwise import FEW_NOTE, classwise_section
-from tests.conftest import run_main, write_precomputed
+from prism_plugin.errors import PrismError
+from tests.conftest import reseal, run_main, write_precomputed
 
 TASK = """task: cw_t
 dataset: CwSet
@@ -103,6 +104,9 @@ def test_a_stale_artifact_is_ignored_and_said(multiclass_results, tmp_path):
     data = json.loads(art.read_text())
     data["classes"][0]["raw"]["accuracy"] = [None if a is None else 1.0 - a for a in data["classes"][0]["raw"]["accuracy"]]
     art.write_text(json.dumps(data))
+    with pytest.raises(PrismError, match="classwise.*was changed"):  # edited after the run: the folder is refused
+        read_view(out, get_host())
+    reseal(out)  # as if an earlier configuration had left it there when the run wrote summary.json
     sec = classwise_section(read_view(out, get_host()))
     assert any("1 class-wise artifact(s)" in n and "ignored" in n for n in sec.not_shown)
     assert int(sec.tables["classwise_ece"].query("fraction == 1.0")["n_runs"].max()) == 1

@@ -116,7 +116,8 @@ def _png_ok(path: Path) -> None:
 
 def test_sweep_end_to_end_one_model_says_not_defined(sweep_run, tmp_path, capsys):
     _, out = sweep_run
-    dirs = sorted(out.glob("demo_sweep@*/DemoViT-Tiny")) or sorted(out.glob("demo_sweep_probe.C_*/DemoViT-Tiny"))
+    demo = "DemoViT-Tiny-img_size-64-pretrained-false"  # the label of demo_vit with TWO_MODELS' options
+    dirs = sorted(out.glob(f"demo_sweep@*/{demo}")) or sorted(out.glob(f"demo_sweep_probe.C_*/{demo}"))
     assert len(dirs) == 3
     for d in dirs:
         runs = pd.read_csv(d / "runs.csv")
@@ -131,7 +132,7 @@ def test_sweep_end_to_end_one_model_says_not_defined(sweep_run, tmp_path, capsys
     assert table["note"].str.startswith("not defined: needs ≥ 2 models").all()
     md = (tmp_path / "one" / "report.md").read_text()
     assert "Probe sensitivity" in md and "needs ≥ 2 models" in md
-    assert "need at least two; these results hold one model (DemoViT-Tiny)" in md
+    assert f"need at least two; these results hold one model ({demo})" in md
 
 
 def test_sweep_end_to_end_two_models_ranking_table_and_report(sweep_run, capsys):

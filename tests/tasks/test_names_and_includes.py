@@ -54,7 +54,7 @@ def test_path_like_group_and_task_names_are_refused_at_their_line(tmp_path, caps
         (tasks / f"t{i}.yaml").write_text(TASK.format(name=bad))
         files += [str(tasks / f"g{i}.yaml"), str(tasks / f"t{i}.yaml")]
     rc, _, err = _validate(capsys, "--include-path", str(tasks), *files)
-    assert rc == 1
+    assert rc == 2
     lines = err.strip().splitlines()
     assert len(lines) == len(files), err
     for i in range(len(BAD_NAMES)):
@@ -101,7 +101,7 @@ def test_embeddings_key_is_a_relative_folder_without_dotdot(tmp_path, capsys):
         files[-1].write_text(TASK.format(name=f"t{i}") + f"embeddings_key: {key}\n")
     rc, _, err = _validate(capsys, *map(str, files))
     lines = err.strip().splitlines()
-    assert rc == 1 and len(lines) == len(keys), err
+    assert rc == 2 and len(lines) == len(keys), err
     assert all(line.startswith(f"error  {f}:8: embeddings_key: ") for line, f in zip(lines, files)), err
     files[0].write_text(TASK.format(name="t") + "embeddings_key: hematology/acevedo\n")
     assert _validate(capsys, str(files[0]))[0] == 0
@@ -143,7 +143,7 @@ def test_includes_are_confined_and_never_echo_content(tmp_path, capsys):
         files[-1].write_text(TASK.format(name=f"t{i}") + f"include: {inc}\n")
     rc, out, err = _validate(capsys, *map(str, files))
     lines = err.strip().splitlines()
-    assert rc == 1 and len(lines) == len(cases), err
+    assert rc == 2 and len(lines) == len(cases), err
     assert SECRET not in out + err and "SECRET" not in err, err
     for f, (inc, why), line in zip(files, cases.items(), lines):
         assert re.search(why, line), (inc, line)
@@ -167,7 +167,7 @@ def test_group_members_and_transfer_members_are_names_not_paths(tmp_path, capsys
     (tasks / "g.yaml").write_text(f"group: g\ntasks: [{tmp_path / 'elsewhere' / 't.yaml'}]\n")
     (tasks / "tr.yaml").write_text("task: tr\nkind: transfer\nsource_task: ../elsewhere/t.yaml\ntarget_task: t\n")
     rc, _, err = _validate(capsys, "--include-path", str(tasks), "g", "tr")
-    assert rc == 1 and "tasks[0]" in err and "source_task:" in err, err
+    assert rc == 2 and "tasks[0]" in err and "source_task:" in err, err
 
 
 # ----------------------------------------------------------------------------- every problem once
@@ -179,7 +179,7 @@ def test_validate_reports_every_wrong_type_once_in_file_order(tmp_path, capsys):
     rc, _, err = _validate(capsys, str(f))
     lines = [line.removeprefix("error  ") for line in err.strip().splitlines()]
     keys = [line.split(": ")[1] for line in lines]
-    assert rc == 1
+    assert rc == 2
     assert keys == ["dataset", "n_classes", "class_names", "source.n", "source.foo", "splits.train.size",
                     "splits.train.name", "seeds", "ece_bins", "label_fractions", "probe.C", "probe.max_iter",
                     "proportional_val", "tags", "binary_logits"], lines
@@ -221,7 +221,7 @@ def test_transfer_src_and_tgt_must_name_the_member_datasets(tmp_path, capsys):
         expected += [(str(files[-1]), key) for key in bad]
     rc, out, err = _validate(capsys, *map(str, files))
     lines = err.strip().splitlines()
-    assert rc == 1 and out.count("ok  ") == 3
+    assert rc == 2 and out.count("ok  ") == 3
     assert [(line.removeprefix("error  ").split(":")[0], line.split(": ")[1]) for line in lines] == expected, err
     for line in lines:
         assert "prism_pcam.yaml" in line or "prism_mhist.yaml" in line

@@ -47,6 +47,22 @@ def host_of(args: Any):
     return get_host(getattr(args, "disable", None) or ())
 
 
+def add_wait(parser) -> None:
+    """``--wait`` of a command that writes into a folder: wait for another prism-run writing there instead of
+    stopping at once (:mod:`prism_plugin.folder_lock`; the command reads it as ``args.wait``)."""
+    parser.add_argument("--wait", action="store_true",
+                        help="when another prism-run is writing the output folder, wait for it to finish "
+                             "(default: stop at once, naming it)")
+
+
+def writes_into(args: Any, *folders) -> None:
+    """Lock the folders this command writes into until it ends (one writer per folder; ``--wait`` waits for
+    the other one): call it once the folders are known, before the first write."""
+    from prism_plugin.folder_lock import take
+
+    take([f for f in folders if f is not None], wait=bool(getattr(args, "wait", False)))
+
+
 def check_extraction_args(args: Any) -> None:
     """``--limit``, ``--num-workers``, ``--device`` and ``--cache-dir`` of a command that extracts
     embeddings: one-line errors, before any work (a device this machine lacks fails at once)."""
@@ -94,10 +110,14 @@ def check_cache_dir(cache_dir) -> None:
 
 
 def print_rows(header, rows) -> None:
-    """Print ``rows`` under ``header`` as left-aligned columns two spaces apart (``ls``, ``cache ls``)."""
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+    """Print ``rows`` under ``header`` as left-aligned columns two spaces apart (``ls``, ``cache ls``); a cell's
+    control characters are written as escapes (:func:`prism_plugin.errors.printable`)."""
+    from prism_plugin.errors import printable
+
+    table = [[printable(c) for c in r] for r in [header, *rows]]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
 
 
 @hookimpl

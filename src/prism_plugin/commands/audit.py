@@ -36,6 +36,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--held-out-only", action="store_true",
                    help="rank_transfer, rank_matrix, selector_regret and effective_robustness from the encoder x "
                         "target cells held out of the encoder's pretraining only (exposure.csv lists every cell)")
+    from prism_plugin.commands import add_wait
+
+    add_wait(p)
     return p
 
 
@@ -63,7 +66,9 @@ def run(args) -> int:
     name = plugin_name_of(host, audit_plugin)
     if name is None:
         raise PrismError("the audit plugin is disabled (--disable audit); enable it to run `prism-run audit`")
-    files = result_files(args.results_dirs)
+    from prism_plugin.results import results_inputs
+
+    files = result_files(results_inputs(args.results_dirs))
     dirs = [f.parent for f in files]
     run_tables = tables_from_results(files, host)
     # the report's option defaults (band metrics, binary logit convention), for every summary
@@ -81,6 +86,9 @@ def run(args) -> int:
     summaries.notes.extend(option_notes + failed)
     headline = summaries.headline["audit"]  # audit.json: the headline numbers, the tables written, the notes
     out = args.output or (args.results_dirs[0] / "audit")
+    from prism_plugin.commands import writes_into
+
+    writes_into(args, out)  # one writer per folder
     for table in headline["tables"]:
         write_csv(out / f"{table}.csv", summaries.tables[stem(table)])
     atomic_write_text(out / "audit.json", dumps(headline))

@@ -232,7 +232,7 @@ def _not_comparable_reason(datasets: list[str], reference: list[str]) -> str:
 
 # --------------------------------------------------------------------------- command
 def run(args) -> int:
-    from prism_plugin.commands.reference import resolve_reference
+    from prism_plugin.reference_files import COMPARE, resolve_reference
     from prism_plugin.reference_data import PAPER_CRI_FRACTIONS
     from prism_plugin.summaries import cri
     from prism_plugin.summaries.conventions import fraction_mask, fractions_present, model_order
@@ -243,7 +243,9 @@ def run(args) -> int:
     cri.get_aggregation(args.aggregation)  # unknown rule -> one-line error with suggestions
 
     host = host_of(args)
-    user = tables_from_results(args.results_dirs, host)
+    from prism_plugin.results import results_inputs
+
+    user = tables_from_results(results_inputs(args.results_dirs), host)
     if user.indomain is None:
         raise PrismError(
             f"{', '.join(map(str, args.results_dirs))}: no in-distribution runs (only "
@@ -251,7 +253,7 @@ def run(args) -> int:
             "in-distribution runs (PROTOCOL §6.2): run the source task too, e.g. `prism-run --task prism_demo "
             "--task prism_demo_transfer --model M --output DIR` and pass DIR"
         )
-    ref = resolve_reference(args.reference)
+    ref = resolve_reference(args.reference, COMPARE, host=host)
     if not ref.per_run and not any(abs(fraction - f) < 1e-9 for f in PAPER_CRI_FRACTIONS):
         raise PrismError(
             f"--fraction {fraction:g}: the paper tables shipped with prism-plugin give the reference CRI only at "

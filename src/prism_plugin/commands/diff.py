@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prism_plugin.commands import host_of
+from prism_plugin.commands import add_wait, host_of, writes_into
 from prism_plugin.errors import PrismError
 
 CSV_NAME, MD_NAME, HTML_NAME = "diff.csv", "diff.md", "diff.html"
@@ -52,6 +52,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="fail on the point estimate alone, whatever the CI says")
     p.add_argument("--level", type=float, default=None, metavar="L",
                    help="CI level of the deltas (default: the bootstrap's level, 0.95)")
+    add_wait(p)
     return p
 
 
@@ -279,6 +280,9 @@ def run(args) -> int:
     out = _check_output(args.output, args.a, args.b) if args.output is not None else None
     if args.level is not None and not (0.0 < args.level < 1.0):
         raise PrismError(f"--level {args.level}: must be in (0, 1), e.g. 0.95")
+    from prism_plugin.results import results_inputs
+
+    results_inputs([args.a], "A"), results_inputs([args.b], "B")  # results folders whose files belong together
     a, b = load_side(args.a, "A"), load_side(args.b, "B")
     result = diff(a, b, host, level=args.level)
     chosen = chosen_metrics(args.fail_on, args.tol, result.metrics, host)
@@ -286,10 +290,13 @@ def run(args) -> int:
     md = render_markdown(result, failures, chosen, args.ignore_noise, host)
     print(md.rstrip())
     if out is not None:
+        writes_into(args, out)  # one writer per folder
         out.mkdir(parents=True, exist_ok=True)
         table = result.table.drop(columns=[c for c in ("few_test_class",) if c not in result.table])
         write_csv(out / CSV_NAME, table)
-        atomic_write_text(out / MD_NAME, md)
+        from prism_plugin.report.markdown import md_safe
+
+        atomic_write_text(out / MD_NAME, md_safe(md))  # names in it inert, as in the HTML page
         atomic_write_text(out / HTML_NAME, render_html(md))
         print(f"\nwrote {out / MD_NAME}, {out / HTML_NAME}, {out / CSV_NAME}")
     return 1 if any(not f.undetermined for f in failures) else 0

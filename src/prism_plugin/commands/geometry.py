@@ -52,6 +52,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, default=None, metavar="DIR",
                    help=f"folder to write geometry/alignment_<dataset>.csv into (default ./{DEFAULT_OUTPUT})")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    from prism_plugin.commands import add_wait
+
+    add_wait(p)
     return p
 
 
@@ -62,7 +65,7 @@ def _safe(text: str) -> str:
 
 
 def run(args) -> int:
-    from prism_plugin.commands.model_args import model_specs
+    from prism_plugin.commands.model_args import model_labels, model_specs
     from prism_plugin.commands import check_extraction_args, host_of
     from prism_plugin.storage import atomic_write_text, write_csv
     from prism_plugin.runner import JobOptions, make_adapter
@@ -81,8 +84,13 @@ def run(args) -> int:
     tasks = [index.load(t, args.overrides) for t in args.task]
     specs = model_specs(args.model_order)
     adapters = [make_adapter(host, name, margs) for name, margs in specs]
+    for adapter, label in zip(adapters, model_labels([a.display_name for a in adapters], specs)):
+        adapter.display_name = label  # the labels `prism-run` gives the same models (one labelling rule)
     model_args = specs[0][1] if len(specs) == 1 else {}
     out_dir = (args.output or DEFAULT_OUTPUT) / "geometry"
+    from prism_plugin.commands import writes_into
+
+    writes_into(args, out_dir)  # one writer per folder
     opts = JobOptions(output=out_dir, model_args=model_args, cache_dir=args.cache_dir, device=args.device,
                       num_workers=args.num_workers, limit=args.limit, allow_size_mismatch=args.allow_size_mismatch,
                       progress=not args.quiet, report=False)

@@ -7,8 +7,10 @@ lists the registries, ``prism-run ls NAME`` one of them with each entry's origin
 * ``adapters``: embedding dimension, input size, preprocessing (``resize/crop interpolation mean-std``), licence
   and pretraining data, from what the adapter declared at registration (``dim``, ``input``, ``preprocessing``,
   ``licence``, ``pretraining_data``) or else from the adapter class's attributes (``pretraining_data``: ``-`` = not
-  declared, ``none`` = declared empty). No model is built and no heavy library is imported; families
-  (``timm:<name>``) are "per model"; "at build" means the adapter learns it when it builds its network.
+  declared, ``none`` = declared empty). No model is built and no heavy library is imported: an adapter registered
+  lazily (``"module:Class"``, or a ``prism_plugin.adapters`` entry point) shows what its class declares as plain
+  class attributes, read from its source (:mod:`prism_plugin.embed.class_facts`); families (``timm:<name>``) are "per
+  model"; "at build" means the adapter learns it when it builds its network.
 * ``heads``: traits (``seed_invariant``, ``linear``); ``adaptation``: role and whether it runs by default;
   ``metrics``: direction, aggregation and where the column is used; ``tables``: file and required columns;
   ``task-keys``: the task kinds that take the key.
@@ -71,7 +73,7 @@ def adapter_facts(entry) -> dict[str, str]:
     """
     meta = entry.meta
     family = entry.name.endswith(":")
-    cls = _adapter_class(_loaded(entry))
+    cls = _adapter_class(_loaded(entry)) or _adapter_class(_lazy_class(entry))
     dim, prep, licence = meta.get("dim"), meta.get("preprocessing"), meta.get("licence")
     size = meta.get("input")
     pretraining = meta.get("pretraining_data", _UNDECLARED)
@@ -117,6 +119,17 @@ def format_pretraining(value: Any, family: bool = False) -> str:
         return value.strip() or "none"
     names = [str(v) for v in value]
     return "+".join(names) if names else "none"
+
+
+def _lazy_class(entry):
+    """The class a lazy entry (``"module:Class"``, or an entry point's ``module:Class``) names, as its source
+    declares it; never imported (:func:`prism_plugin.embed.class_facts.class_of_ref`)."""
+    ref = entry.ref if entry.lazy else entry.meta.get("entry_point", "")
+    if not ref:
+        return None
+    from prism_plugin.embed.class_facts import class_of_ref
+
+    return class_of_ref(ref)
 
 
 def _adapter_class(obj):

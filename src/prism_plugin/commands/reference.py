@@ -25,8 +25,8 @@ import pandas as pd
 
 from prism_plugin.errors import PrismError
 # where the reference comes from (re-exported for the other commands and the tests)
-from prism_plugin.reference_files import (Reference, pulled_dir, read_reference_dir,  # noqa: F401
-                                          resolve_reference, verify_files)
+from prism_plugin.reference_files import (REFERENCE, Reference, open_reference, pulled_dir,  # noqa: F401
+                                          pulled_problems, read_reference_dir, resolve_reference, verify_files)
 from prism_plugin.storage import atomic_write_bytes, atomic_write_text, dumps, write_csv
 from prism_plugin.tables import REFERENCE_FILES, RunTables
 
@@ -53,7 +53,7 @@ def pull(dest: Path | None = None, *, base_url: str | None = None, force: bool =
     from prism_plugin.reference_data import PUBLISHED_COMMIT, PUBLISHED_FILES, PUBLISHED_REPOSITORY, PUBLISHED_URL
 
     dest = Path(dest) if dest is not None else pulled_dir()
-    if not force and dest.is_dir() and not verify_files(dest):
+    if not force and dest.is_dir() and not pulled_problems(dest):
         log(f"reference already pulled and verified: {dest} ({len(PUBLISHED_FILES)} files)")
         return dest
     if os.environ.get(OFFLINE_ENV, "").strip() not in ("", "0"):
@@ -201,6 +201,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--url", default=None, metavar="BASE",
                    help=f"pull: download from this base URL (a mirror) instead of GitHub (also ${URL_ENV})")
     p.add_argument("--force", action="store_true", help="pull: download again even if a verified copy exists")
+    from prism_plugin.commands import add_wait
+
+    add_wait(p)
     return p
 
 
@@ -211,7 +214,11 @@ def run(args) -> int:
     from prism_plugin.commands import host_of
 
     fraction = _parse_fraction(args.fraction)
-    ref = resolve_reference(args.reference)
+    host = host_of(args)
+    ref = resolve_reference(args.reference, REFERENCE, host=host)
+    from prism_plugin.commands import writes_into
+
+    writes_into(args, args.output)  # one writer per folder
     if not ref.per_run:
         f = 1.0 if fraction is None else fraction
         table = _paper_cri(f)
@@ -226,7 +233,6 @@ def run(args) -> int:
         return 0
 
     print(f"reference: {ref.label}")
-    host = host_of(args)
     summary = reference_summary(ref.tables, host)
     available = sorted((k for k in summary.tables if k.startswith("cri_variants_")),
                        key=lambda k: float(k.rsplit("_", 1)[-1]))
@@ -266,5 +272,5 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["Reference", "add_parser", "pull", "pulled_dir", "read_reference_dir", "reference_summary",
-           "resolve_reference", "run", "verify_files"]
+__all__ = ["Reference", "add_parser", "open_reference", "pull", "pulled_dir", "pulled_problems", "read_reference_dir",
+           "reference_summary", "resolve_reference", "run", "verify_files"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from prism_plugin.commands import host_of
+from prism_plugin.commands import add_wait, host_of, writes_into
 from prism_plugin.errors import PrismError
 
 
@@ -32,42 +32,34 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="a folder with the published results_v2 tables (indomain_all_v2.csv, ood_all_v2.csv, ...): "
                         "the eight PRISM reference FMs join the leaderboard (default: the copy `prism-run "
                         "reference pull` downloaded, if any)")
+    add_wait(p)
     return p
 
 
 def run(args) -> int:
-    from prism_plugin.results import summary_problem, warn_once
-    from prism_plugin.results import find_runs_files
+    from prism_plugin.results import results_inputs
 
-    dirs = list(args.results_dirs)
-    for d in dirs:
-        if not d.is_dir():
-            raise PrismError(f"{d}: no such directory; pass a results directory written by prism-run")
-    files = find_runs_files(dirs)  # none in it or below: "no runs.csv found in ...; run prism-run first"
-    # a summary.json that does not describe the runs.csv beside it (a rerun killed between the two writes, an
-    # edited file) is said once on the console (a warning) and in the report's notes, and is not read
-    for folder in dict.fromkeys(f.parent for f in files):
-        problem = summary_problem(folder)
-        if problem is not None:
-            warn_once(problem, always=True)
+    # each input is a results folder (or a folder of them) whose files belong together, else one line naming it
+    dirs = results_inputs(args.results_dirs)
     if len(dirs) == 1 and args.output is None and args.reference is None:
         from prism_plugin.report.build import write_report
 
         # one results directory, or a folder of them (several tasks or models): one combined report
+        writes_into(args, dirs[0])  # report.*, figures/ are written there: not while a run writes it
         print(write_report(dirs[0], host_of(args)))
         return 0
-    from prism_plugin.report.leaderboard import DEFAULT_OUTPUT, write_leaderboard
+    from prism_plugin.report.leaderboard import DEFAULT_OUTPUT, check_output, write_leaderboard
 
+    writes_into(args, check_output(args.output, dirs))
     if args.output is None:
         print(f"leaderboard: no --output given, writing to ./{DEFAULT_OUTPUT}")
     reference = args.reference
-    if reference is None:  # like `prism-run compare`: the copy `prism-run reference pull` verified, if any
-        from prism_plugin.commands.reference import pulled_dir, verify_files
+    if reference is None:  # like `prism-run compare`: the pulled copy, if any (verified there; damaged: an error)
+        from prism_plugin.reference_files import pulled_copy
 
-        pulled = pulled_dir()
-        if pulled.is_dir() and any(pulled.iterdir()) and not verify_files(pulled):
-            reference = pulled
-            print(f"leaderboard: the PRISM reference FMs from the pulled copy in {pulled}")
+        reference = pulled_copy()
+        if reference is not None:
+            print(f"leaderboard: the PRISM reference FMs from the pulled copy in {reference}")
     target = write_leaderboard(dirs, args.output, host_of(args), reference=reference)
     print(f"leaderboard: {target}")
     return 0

@@ -12,32 +12,24 @@ import os
 from pathlib import Path
 from typing import Any
 
-from prism_plugin.commands import check_extraction_args, host_of
+from prism_plugin.commands import check_extraction_args, host_of, writes_into
 from prism_plugin.errors import PrismError
 from prism_plugin.paths import confined
 
 
 def model_label(display_name: str, model_args: dict[str, Any]) -> str:
-    """``DemoViT-Tiny`` -> ``DemoViT-Tiny-pooling-mean``: tells apart one model run with several option sets."""
-    parts = [f"{k}-{v}" for k, v in sorted(model_args.items())]
-    return "-".join([display_name, *parts]) if parts else display_name
+    """``DemoViT-Tiny`` -> ``DemoViT-Tiny-pooling-mean`` (:func:`prism_plugin.commands.model_args.model_label`)."""
+    from prism_plugin.commands.model_args import model_label as label_of
+
+    return label_of(display_name, model_args)
 
 
 def output_names(adapters: list, specs: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """The results-folder name of each model: its display name, plus its options where two would collide."""
-    names = [a.display_name for a in adapters]
-    out = []
-    for (_, model_args), adapter in zip(specs, adapters):
-        shared = names.count(adapter.display_name) > 1
-        out.append(model_label(adapter.display_name, model_args) if shared else adapter.display_name)
-    seen: dict[str, str] = {}
-    for label, (name, model_args) in zip(out, specs):
-        if label in seen:
-            raise PrismError(f"--model {name} is given twice with the same --model-args "
-                             f"({', '.join(f'{k}={v}' for k, v in sorted(model_args.items())) or 'none'}); "
-                             "give each model once")
-        seen[label] = name
-    return out
+    """The label (and results-folder name) of each model: one rule whether it runs alone or beside other option
+    sets (:func:`prism_plugin.commands.model_args.model_labels`)."""
+    from prism_plugin.commands.model_args import model_labels
+
+    return model_labels([a.display_name for a in adapters], specs)
 
 
 def run(args) -> int:
@@ -45,8 +37,7 @@ def run(args) -> int:
 
     from prism_plugin.executors import make_executor
     from prism_plugin.kept_runs import check_grid_kept
-    from prism_plugin.results import order_columns
-    from prism_plugin.storage import write_csv
+    from prism_plugin.results import order_columns, write_group
     from prism_plugin.runner import JobOptions, check_before_work, make_adapter, planned_runs, run_job
     from prism_plugin.tasks.index import default_index
     from prism_plugin.tasks.sweep import expand_sweeps
@@ -90,6 +81,9 @@ def run(args) -> int:
                               report=not args.no_report, executor=executor, overwrite=overwrite,
                               extract_workers=getattr(args, "extract_workers", 1), fit_memo=memo)
 
+        # one writer per results folder: every folder of this command (and each group's) is locked before it is
+        # checked; another prism-run writing one of them stops this one at once, naming it (--wait: waits)
+        writes_into(args, *outputs.values(), *(confined(root, group) for group, _ in jobs if group))
         # every folder is checked before any work, so a later member's refusal never follows earlier runs
         planned_groups: dict[str, list[tuple]] = {}
         for group, task in jobs:
@@ -101,17 +95,20 @@ def run(args) -> int:
             combined_csv = confined(root, group) / "runs.csv"
             check_grid_kept(combined_csv, planned, overwrite=overwrite, where=f"group {group} (--output {root})")
         for group in planned_groups:  # derived from the members and rebuilt at the end: never left stale by a kill
-            try:
-                (confined(root, group) / "runs.csv").unlink()
-            except FileNotFoundError:
-                pass
+            for name in ("runs.csv", "group.json"):
+                try:
+                    (confined(root, group) / name).unlink()
+                except FileNotFoundError:
+                    pass
         group_runs: dict[str, list] = {}
+        group_members: dict[str, list[Path]] = {}
         for group, task in jobs:
             for adapter, label, (_, model_args) in zip(adapters, labels, specs):
                 opts = options(outputs[(group, task.name, label)], model_args)
                 result = run_job(task, adapter, host, opts)
                 if group:
                     group_runs.setdefault(group, []).append(result.runs)
+                    group_members.setdefault(group, []).append(Path(result.results_dir) / "runs.csv")
                 if not args.quiet:
                     reused = len(result.summary["reused_cells"])
                     shared = result.summary["timings"].get("shared_fits", 0)
@@ -126,7 +123,8 @@ def run(args) -> int:
             if "split_seed" in combined and combined["split_seed"].isna().any():  # members without split_seeds
                 combined["split_seed"] = combined["split_seed"].astype("Int64")  # 0, not 0.0, beside empty cells
             target = confined(root, group) / "runs.csv"
-            write_csv(target, combined[order_columns(combined.columns)])
+            # with group.json: the digests of the table and of its members', which the readers verify
+            write_group(target.parent, combined[order_columns(combined.columns)], group_members[group])
             print(f"group {group}: {target} ({len(combined)} runs)")
         return 0
     finally:  # the --jobs pool lives for the whole command (prism_plugin.executors.Executor)

@@ -37,6 +37,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--baseline-c", type=float, default=1.0, metavar="C",
                    help="the C every other C is compared with (default 1, the protocol's)")
     p.add_argument("--no-report", action="store_true", help="do not write report.html / report.md")
+    from prism_plugin.commands import add_wait
+
+    add_wait(p)
     return p
 
 
@@ -81,9 +84,9 @@ def run(args) -> int:
     from prism_plugin.storage import atomic_write_text, dumps, write_csv
     from prism_plugin.summaries.probe_sensitivity import NEEDS, load_runs, sensitivity_tables
 
-    for d in args.results_dirs:
-        if not d.exists():
-            raise PrismError(f"{d}: no such results directory")
+    from prism_plugin.results import results_inputs
+
+    results_inputs(args.results_dirs)  # each a results folder whose files belong together, else one line
     if not (args.baseline_c > 0):
         raise PrismError(f"--baseline-c {args.baseline_c}: must be a positive regularisation constant")
     runs = load_runs(args.results_dirs)
@@ -98,6 +101,9 @@ def run(args) -> int:
     out_dir = args.output or args.results_dirs[0]
     if out_dir.exists() and not out_dir.is_dir():
         raise PrismError(f"--output {out_dir}: exists and is not a directory")
+    from prism_plugin.commands import writes_into
+
+    writes_into(args, out_dir)  # one writer per folder
     for stem, table in out.tables.items():
         write_csv(out_dir / f"{stem}.csv", table)
     atomic_write_text(out_dir / HEADLINE_FILE, dumps({"headline": out.headline, "notes": out.notes,

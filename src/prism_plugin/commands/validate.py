@@ -1,6 +1,7 @@
 """``prism-run validate TARGET...``: load and check tasks (names or YAML files) without running them.
 
-Every problem of every target is listed, one per line; the exit status is 1 when any target fails.
+Every problem of every target is listed, one per line; the exit status is 2 (bad input, as running the task
+would say) when any target fails, 0 when all are valid.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import argparse
 import sys
 
 from prism_plugin.commands import host_of
-from prism_plugin.errors import PrismError, printable
+from prism_plugin.errors import EXIT_BAD_INPUT, EXIT_OK, PrismError, printable
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -51,4 +52,4 @@ def run(args) -> int:
             for problem in str(exc).split("\n"):  # validate lists every problem, one per line
                 if problem.strip():
                     print(f"error  {printable(problem)}", file=sys.stderr)
-    return 1 if failures else 0
+    return EXIT_BAD_INPUT if failures else EXIT_OK

@@ -25,7 +25,7 @@ _EXPORTS = {
         "SEEDS")},
     **{name: "prism_plugin.compat.metrics" for name in (
         "compute_auroc", "compute_ece", "compute_brier", "compute_cri", "compute_ood_stability", "temperature_scale",
-        "apply_temperature", "DEFAULT_N_BINS")},
+        "apply_temperature", "DEFAULT_N_BINS", "QualifiedResultWarning", "TemperatureAtBoundWarning")},
     "CompatError": "prism_plugin.compat.errors",
 }
 

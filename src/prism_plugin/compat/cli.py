@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from prism_plugin.errors import PrismError, printable
+from prism_plugin.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, PrismError, printable
 
 PROG = "python -m prism_plugin.compat"
 
@@ -98,6 +98,9 @@ def _evaluate_notes(res) -> list[str]:
                      "training sample")
     checks = [c["message"] for c in res.attrs.get("data_checks", []) if c.get("level") == "warning"]
     notes += checks
+    # the runs' quality flags, as prism-run prints them (a temperature at its search bound, no convergence, ...)
+    notes += [f["message"] for f in res.attrs.get("flags", [])
+              if f.get("level") == "warning" and f.get("source") != "data"]
     return notes
 
 
@@ -221,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run = {"evaluate": run_evaluate, "compare": run_compare, "reference": run_reference}.get(args.command)
     if run is None:
-        parser.print_help()
-        return 1
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT  # the exit-code contract of prism-run (docs/exit-codes.md)
 
     def show(message, category, filename, lineno, file=None, line=None):
         print(f"{PROG}: warning: {printable(str(message).splitlines()[0] if str(message) else category.__name__)}",
@@ -232,10 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = show
     try:
         return run(args)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except PrismError as exc:
         print(f"{PROG}: error: {printable(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}",
               file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # a bug, not bad input: one line, as prism-run says it
+        print(f"{PROG}: internal error: {type(exc).__name__}: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_INTERNAL
     finally:
         warnings.showwarning = old
 

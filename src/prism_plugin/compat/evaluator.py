@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from prism_plugin.compat.errors import CompatError
+from prism_plugin.errors import PrismError
 
 #: dataset keys of the PRISM package -> names in the results_v2 tables
 DATASETS: dict[str, str] = {
@@ -65,6 +66,7 @@ def dataset_name(dataset: Any, *, allow_all: bool = False) -> str:
 
 # --------------------------------------------------------------------------- reference results
 def _missing_reference_message(why: str) -> str:
+    """Said only where there is no pulled copy at all (a damaged one is named as damaged)."""
     from prism_plugin.reference_files import pulled_dir
 
     return (f"{why}: prism-plugin does not bundle the PRISM reference results; run `prism-run reference pull` "
@@ -72,32 +74,37 @@ def _missing_reference_message(why: str) -> str:
             "(indomain_all_v2.csv, ood_all_v2.csv)")
 
 
-def _pulled_tables(why: str):
-    from prism_plugin.reference_files import pulled_dir, read_reference_dir, verify_files
+def _opened(folder: Path):
+    """``(RunTables, where)`` of a reference folder through the one reader (:mod:`prism_plugin.reference_files`):
+    a missing or damaged file is one :class:`CompatError` line naming it."""
+    from prism_plugin.errors import PrismError
+    from prism_plugin.reference_files import COMPAT, open_reference
 
-    pulled = pulled_dir()
-    if not (pulled.is_dir() and (pulled / "indomain_all_v2.csv").exists()):
+    try:
+        return open_reference(folder, COMPAT).tables, str(folder)
+    except PrismError as exc:
+        raise CompatError(str(exc)) from None
+
+
+def _pulled_tables(why: str):
+    from prism_plugin.reference_files import pulled_copy
+
+    pulled = pulled_copy()
+    if pulled is None:
         raise CompatError(_missing_reference_message(why))
-    problems = verify_files(pulled, ["indomain_all_v2.csv", "ood_all_v2.csv"])
-    if problems:
-        raise CompatError(f"the pulled reference in {pulled} fails verification ({'; '.join(problems)}); "
-                          "rerun `prism-run reference pull --force` or pass results_dir=PATH")
-    return read_reference_dir(pulled), str(pulled)
+    return _opened(pulled)
 
 
 def load_reference(results_dir: str | Path | None):
     """``(RunTables, where)`` for ``results_dir`` with the PRISM package's rules (see the README text)."""
-    from prism_plugin.reference_files import read_reference_dir
+    from prism_plugin.tables import REFERENCE_FILES
 
     if results_dir is None:
         return _pulled_tables("PRISMEvaluator(results_dir=None)")
     path = Path(results_dir).expanduser()
     if not path.exists():
         if path.name == "results_v2":
-            try:
-                tables, where = _pulled_tables(f"results_dir={str(results_dir)!r} does not exist")
-            except CompatError as exc:
-                raise CompatError(str(exc)) from None
+            tables, where = _pulled_tables(f"results_dir={str(results_dir)!r} does not exist")
             warnings.warn(f"results_dir={str(results_dir)!r} does not exist; using the pulled reference copy "
                           f"in {where}", stacklevel=3)
             return tables, where
@@ -105,9 +112,10 @@ def load_reference(results_dir: str | Path | None):
                           "(indomain_all_v2.csv, ood_all_v2.csv) or a repository root containing results_v2/")
     if not path.is_dir():
         raise CompatError(f"results_dir={str(results_dir)!r} is a file; pass the results_v2 folder that contains it")
+    published = [f for f, _ in REFERENCE_FILES.values()]
     for candidate in (path, path / "results_v2"):
-        if (candidate / "indomain_all_v2.csv").exists():
-            return read_reference_dir(candidate), str(candidate)
+        if candidate.is_dir() and any((candidate / f).exists() for f in published):
+            return _opened(candidate)  # a file it needs that is absent or damaged is named
     if any(path.glob("*_results.csv")):
         raise CompatError(
             f"results_dir={str(results_dir)!r} has the legacy v1 layout (<model>_<dataset>_results.csv), which "
@@ -127,6 +135,36 @@ def _pooled(table: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     cells = t.groupby(["model", "dataset", "_f"], sort=False)[columns].mean()
     out = cells.groupby(level=["model", "_f"], sort=False).mean().reset_index()
     return out.rename(columns={"_f": "fraction"})
+
+
+def _score(value: Any, where: str, what: str) -> float:
+    from prism_plugin.protocol.array_checks import as_score
+
+    try:
+        return as_score(value, where, what=what)
+    except PrismError as exc:
+        raise CompatError(str(exc)) from None
+
+
+def _check_results(custom: pd.DataFrame, columns: list[str]) -> None:
+    """The score columns of ``custom_results``: numbers in [0, 1] (NaN = not computed, e.g. no validation split);
+    ``fraction`` in (0, 1]."""
+    for c in [*columns, "fraction"]:
+        raw = custom[c]
+        values = pd.to_numeric(raw, errors="coerce")
+        text = values.isna() & raw.notna() & ~raw.map(lambda v: isinstance(v, float))
+        if text.any():
+            i = int(np.flatnonzero(text.to_numpy())[0])
+            raise CompatError(f"custom_results column {c}: {raw.iloc[i]!r} (row {i}) is not a number; pass the "
+                              "DataFrame evaluate() returned")
+        v = values.to_numpy(dtype=np.float64)
+        lo_ok = v > 0 if c == "fraction" else v >= 0
+        bad = (np.isnan(v) & (c == "fraction")) | (~np.isnan(v) & ~(lo_ok & (v <= 1)))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            rng = "(0, 1]" if c == "fraction" else "[0, 1]"
+            raise CompatError(f"custom_results column {c}: {v[i]:g} (row {i}) is outside {rng}; pass the DataFrame "
+                              "evaluate() returned")
 
 
 class PRISMEvaluator:
@@ -176,7 +214,11 @@ class PRISMEvaluator:
         binary temperatures with T = 1 = the probe's own probabilities; ``"doubled"`` reports them on the
         results_v2 scale (2x). ``probability_dtype="float64"`` switches to prism-plugin's float64 metric
         arithmetic; ``extra_columns=True`` keeps every column prism-plugin computes (nll, collapse diagnostics,
-        ...) after the README's; ``disable`` names prism-plugin metric plugins to leave out (as ``--disable``).
+        ...) after the README's, among them ``flags`` and ``qualified``, the per-run qualifications of
+        :func:`prism_plugin.evaluate`; ``disable`` names prism-plugin metric plugins to leave out (as ``--disable``).
+        The quality flags of the runs (a temperature at its search bound, a probe that did not converge, ...) are
+        warned about and kept in ``attrs["flags"]`` / ``attrs["qualified"]``; invalid arrays raise a
+        :class:`CompatError` (a ``ValueError``) of one line.
         """
         from prism_plugin.api import evaluate
 
@@ -192,13 +234,18 @@ class PRISMEvaluator:
         with warnings.catch_warnings():
             # the PRISM package's own warning text for a missing validation split
             warnings.filterwarnings("ignore", message="no validation split")
-            runs = evaluate(
-                (train_features, train_labels), val, (test_features, test_labels),
-                fractions=LABEL_FRACTIONS if label_fractions is None else label_fractions,
-                seeds=SEEDS if seeds is None else seeds,
-                C=C, max_iter=1000, model=model_name, dataset=dataset, probability_dtype=probability_dtype,
-                disable=disable,
-            )
+            try:  # the arrays go through prism_plugin.protocol.array_checks, as for prism_plugin.evaluate()
+                runs = evaluate(
+                    (train_features, train_labels), val, (test_features, test_labels),
+                    fractions=LABEL_FRACTIONS if label_fractions is None else label_fractions,
+                    seeds=SEEDS if seeds is None else seeds,
+                    C=C, max_iter=1000, model=model_name, dataset=dataset, probability_dtype=probability_dtype,
+                    disable=disable,
+                )
+            except CompatError:
+                raise
+            except PrismError as exc:  # one line, and a ValueError as in the PRISM package
+                raise CompatError(str(exc)) from None
         if val is None:
             warnings.warn("evaluate(): no val_features given, so temperature, ece_scaled_fixed and "
                           "ece_scaled_adaptive are NaN and the CRI cannot be computed (PRISM never fits the "
@@ -210,7 +257,9 @@ class PRISMEvaluator:
         if extra_columns:
             rest = [c for c in runs.columns if c not in EVALUATE_COLUMNS]
             out = pd.concat([out, runs[rest]], axis=1)
-        out.attrs["data_checks"] = runs.attrs.get("data_checks", [])
+        for key in ("data_checks", "flags"):
+            out.attrs[key] = runs.attrs.get(key, [])
+        out.attrs["qualified"] = bool(runs.attrs.get("qualified", False))
         out.attrs["binary_temperature"] = binary_temperature
         return out
 
@@ -249,6 +298,9 @@ class PRISMEvaluator:
                 fraction = float(fraction)
             except (TypeError, ValueError):
                 raise CompatError(f"fraction {fraction!r}: pass a label fraction such as 0.1, or None") from None
+        if custom_ood_stability is not None:
+            custom_ood_stability = _score(custom_ood_stability, "custom_ood_stability", "an OOD stability")
+        _check_results(custom_results, columns)
 
         tables = self._reference()
         ind = tables.indomain

@@ -6,7 +6,7 @@ nowhere are an error unless dropped with ``drop_classes`` / ``drop_unmapped: tru
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -91,6 +91,50 @@ def map_labels(pool: Any, task, class_map: dict | None, drop_unmapped: bool, dro
     return np.asarray([lut[r] for r in raw], dtype=np.int64)
 
 
+def check_task_classes(task, labels: Mapping[str, Any], limit: int | None = None) -> None:
+    """The task's classes against the labels its splits hold (``{"train": y, ...}``), before the per-split
+    checks blame the data:
+
+    * ``--limit N`` below the task's class count keeps fewer training examples than classes: the classes it
+      left out are named with ``--limit`` and the fix (a larger one);
+    * classes no split holds at all (``class_names: [a, b, c]`` on two-class data): ``class_names`` (or
+      ``n_classes``) is named where it was written, with the number of classes the data has.
+    """
+    k = int(task.n_classes)
+    seen: dict[str, set[int]] = {}
+    for split, y in labels.items():
+        arr = np.asarray(y)
+        if arr.dtype.kind not in "iu" or arr.ndim != 1:
+            return  # not labels yet: the per-split checks say what is wrong
+        seen[split] = set(np.unique(arr).tolist())
+    names = list(getattr(task, "class_names", ()) or ())
+
+    def shown(classes: list[int]) -> str:
+        text = ", ".join(f"{c} ({names[c]})" if c < len(names) else str(c) for c in classes[:10])
+        return text + (", ..." if len(classes) > 10 else "")
+    train = seen.get("train")
+    if limit is not None and train is not None and limit < k:
+        missing = [c for c in range(k) if c not in train]
+        if missing:
+            raise PrismError(f"--limit {limit}: keeps {limit} example{'s' if limit != 1 else ''} per split, fewer "
+                             f"than the {k} classes of task {task.name}, so class(es) {shown(missing)} have no "
+                             f"training example; pass --limit {k} or more (every class needs one), or drop --limit")
+    everywhere = set().union(*seen.values()) if seen else set()
+    missing = [c for c in range(k) if c not in everywhere]
+    if not missing or not everywhere:
+        return
+    key = "class_names" if names else "n_classes"
+    where = (getattr(task, "origins", None) or {}).get(key) or f"{task.file} (task {task.name})"
+    declared = f"lists {k} names" if names else f"is {k}"
+    if min(missing) > max(everywhere):  # the last classes: the task declares more than the data has
+        have = max(everywhere) + 1
+        raise PrismError(f"{where}: {key} {declared} but the data has {have} classes (labels 0..{have - 1} in "
+                         f"every split: {', '.join(seen)}); list {have} class names (n_classes: {have}), or point "
+                         f"the task at data with {k} classes")
+    raise PrismError(f"{where}: {key} {declared} but no split ({', '.join(seen)}) holds class(es) {shown(missing)}; "
+                     "check the task's class list (and source.class_map) against the data")
+
+
 def _scalar(value: Any) -> bool:
     """A raw class: an integer or a class name (bool and float are matched by their text)."""
     return isinstance(value, (str, int, float, np.integer, np.floating, np.str_))
@@ -100,4 +144,4 @@ def _all_ints(uniq: dict) -> bool:
     return all(isinstance(r, (int, np.integer)) and not isinstance(r, bool) for r in uniq)
 
 
-__all__ = ["map_labels", "raw_class_id"]
+__all__ = ["check_task_classes", "map_labels", "raw_class_id"]

@@ -1,13 +1,15 @@
 """Reading ``.npy`` files a user hands over: one clear line naming the file for every way one can be bad.
 
 :func:`read_npy` reads the header itself before NumPy loads the data, so an empty (0-byte) file, a
-file that is not a ``.npy`` array (a corrupt or foreign header), a truncated file and an object
-array (which would need pickle) each get their own message and the fix -- re-save the array with
-``numpy.save`` -- and never NumPy's advice to load the file unsafely. Pickle is never enabled.
+file that is not a ``.npy`` array (a corrupt or foreign header), a truncated file, a file with bytes after
+its array (``np.load`` would ignore them: a second save appended, a wrong header) and an object array (which
+would need pickle) each get their own message and the fix -- re-save the array with ``numpy.save`` -- and
+never NumPy's advice to load the file unsafely. Pickle is never enabled.
 
 :func:`read_features` / :func:`read_labels` add the shape and dtype rules of embedding features
-(a 2-D real matrix) and labels (1-D integers, :func:`prism_plugin.protocol.inputs.as_labels` with
-``strict=True``).
+(a 2-D real matrix; float16 and 8/16-bit integer features come back as float32, exactly, so no arithmetic
+runs in the narrow type; an inf that float16 stored for a value above 65504 is named) and labels (1-D
+integers, :func:`prism_plugin.protocol.inputs.as_labels` with ``strict=True``).
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ def _header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
     if size - offset < expected:
         raise PrismError(f"{path}: truncated ({size - offset} of {expected} data bytes for shape {tuple(shape)}); "
                          f"{_RESAVE} (or copy it again)")
+    if size - offset > expected:  # np.load would ignore them: another array appended, or a wrong header
+        raise PrismError(f"{path}: {size - offset - expected} bytes after the array's {expected} data bytes (shape "
+                         f"{tuple(shape)}, {dtype}); not a single .npy array (two saves into one file, or a corrupt "
+                         f"header); {_RESAVE}")
     return tuple(int(d) for d in shape), dtype, offset
 
 
@@ -90,12 +96,22 @@ def read_features(path: str | Path, mmap: bool = True) -> np.ndarray:
             block = np.asarray(X[start:start + _CHUNK])
             if not np.isfinite(block).all():
                 row = start + int(np.flatnonzero(~np.isfinite(block).all(axis=1))[0])
-                raise PrismError(f"{path}: features contain NaN or inf (first in row {row}); re-extract the "
-                                 "embeddings or drop those rows")
-            if block.dtype.itemsize > 4 and block.size and np.abs(block).max() > f32_max:
+                narrow = (f" ({X.dtype} holds at most {float(np.finfo(X.dtype).max):g}: larger values were stored "
+                          "as inf; save the features as float32)") if X.dtype.itemsize < 4 else ""
+                raise PrismError(f"{path}: features contain NaN or inf (first in row {row}){narrow}; re-extract "
+                                 "the embeddings or drop those rows")
+            if block.dtype.itemsize > 4 and block.size and float(np.abs(block).max()) > f32_max:
                 raise PrismError(f"{path}: features exceed the float32 range (|x| > 3.4e38); rescale them "
                                  "(PRISM probes L2-normalised embeddings)")
-    return X
+    return _widened(X)
+
+
+def _widened(X: np.ndarray) -> np.ndarray:
+    """Features narrower than float32 (float16, 8/16-bit integers) as float32, exactly (every such value is a
+    float32), so no later arithmetic runs in the narrow type (NumPy's "overflow encountered in cast")."""
+    if X.dtype.itemsize >= 4 or X.dtype == np.float32:
+        return X
+    return np.asarray(X, dtype=np.float32)
 
 
 def read_labels(path: str | Path, n_classes: int | None = None) -> np.ndarray:

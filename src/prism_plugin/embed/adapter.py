@@ -269,9 +269,10 @@ class Adapter:
                  pretraining_data: Any = _UNSET, **unknown: Any):
         if pretraining_data is not _UNSET:
             self.pretraining_data = parse_pretraining_data(pretraining_data)
-        if unknown:
+        if unknown:  # a subclass may set its name after this runs: then the class names it
+            who = self.name if self.name != Adapter.name else type(self).__name__
             raise PrismError(
-                f"adapter {self.name!r} does not accept --model-args {', '.join(sorted(unknown))}; "
+                f"adapter {who!r} does not accept --model-args {', '.join(sorted(unknown))}; "
                 f"it accepts {', '.join(sorted(self.accepted_args()))}"
             )
         self.normalize = parse_bool(normalize, "normalize")

@@ -246,6 +246,9 @@ def _check_loaded(task: TaskConfig, splits: dict[str, SplitArrays], fingerprints
     """Validate the splits and check them together (see the module docstring); the data checks found."""
     if "train" not in splits or "test" not in splits:
         return []
+    from prism_plugin.data.labels import check_task_classes  # --limit / class_names named before the data is
+
+    check_task_classes(task, {name: s.y for name, s in splits.items()}, getattr(opts, "limit", None))
     check_splits(splits["train"], splits.get("val"), splits["test"], task.n_classes)
     if same is None:
         same = {**same_fingerprints(fingerprints), **same_names(task)}

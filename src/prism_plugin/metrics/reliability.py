@@ -98,13 +98,10 @@ def ece_from_bins(entry: Mapping[str, Any]) -> float:
 def artifact_name(task: str, fraction: float, seed: int, run_id: str | None = None) -> str:
     """File name of one run's artifact: ``<task>--<run id>.json`` (safe characters); the run id is
     ``f<fraction:g>-s<seed>`` for a task without the ``split_seeds`` / ``probes`` grid keys."""
-    raw = f"{task}--{run_id or f'f{float(fraction):g}-s{int(seed)}'}"
-    safe = "".join(ch if ch.isalnum() or ch in "-_.=" else "_" for ch in raw)
-    if len(safe) > 200:  # below the usual 255-byte file-name limit, still unique
-        import hashlib
+    from prism_plugin.paths import safe_file_stem
 
-        safe = safe[:180] + "-" + hashlib.sha256(raw.encode()).hexdigest()[:16]
-    return safe + ".json"
+    raw = f"{task}--{run_id or f'f{float(fraction):g}-s{int(seed)}'}"
+    return safe_file_stem(raw) + ".json"  # below the usual 255-byte file-name limit (UTF-8 bytes), still unique
 
 
 # --------------------------------------------------------------------------- writing

@@ -2,7 +2,10 @@
 
 Everything a user hands to :func:`prism_plugin.api.evaluate` (or a features adapter hands to the runner) passes
 through here first, so a bad input fails with a :class:`~prism_plugin.errors.PrismError` naming the split or
-argument and the fix, never with an exception from deep inside NumPy or scikit-learn.
+argument and the fix, never with an exception from deep inside NumPy or scikit-learn. The checks of single arrays
+(features, labels, probabilities, logits, scores) live in :mod:`prism_plugin.protocol.array_checks`, the one
+array validator that :mod:`prism_plugin.compat` uses too; their errors are
+:class:`~prism_plugin.protocol.array_checks.ArrayError` (a PrismError and a ``ValueError``).
 
 What is accepted:
 
@@ -40,11 +43,9 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from prism_plugin.errors import PrismError
-
-#: Largest label value accepted (far beyond any real class count; keeps int64 casts exact).
-MAX_LABEL = 2**31 - 1
-_F32_MAX = float(np.finfo(np.float32).max)
-_CHUNK = 65536
+from prism_plugin.protocol.array_checks import (  # noqa: F401  (re-exported: the array validator's home)
+    MAX_LABEL, ArrayError, as_features, as_labels, check_pair_lengths,
+)
 
 
 @dataclass
@@ -59,121 +60,6 @@ class SplitArrays:
 
     def __len__(self) -> int:
         return int(self.y.shape[0])
-
-
-def _asarray(value: Any, where: str, what: str) -> np.ndarray:
-    if isinstance(value, (str, bytes, dict)) or value is None:
-        raise PrismError(f"{where}: {what} must be an array, got {type(value).__name__}")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return np.asarray(value)
-    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise PrismError(f"{where}: {what} cannot be read as a rectangular array ({first[:120]}); "
-                         "pass a NumPy array") from None
-
-
-def _label_shape_hint(arr: np.ndarray) -> str:
-    if arr.ndim == 0:
-        return "got a single value (a 0-d array); save one class index per sample, e.g. numpy.save(path, y)"
-    if arr.ndim == 2 and arr.shape[1] > 1:
-        return (f"got shape {arr.shape}: one-hot or probability rows? pass one integer class index per sample "
-                "(not one-hot rows), e.g. y.argmax(axis=1)")
-    return f"got shape {arr.shape}; pass one integer class index per sample, e.g. y.reshape(-1)"
-
-
-def as_labels(y, where: str, n_classes: int | None = None, *, strict: bool = False,
-              column_ok: bool = False) -> np.ndarray:
-    """Integer labels 0..K-1 (int64, 1-D) or a PrismError naming ``where``.
-
-    ``strict`` (labels read from a file): only integer dtypes are accepted -- bool, float, string and object arrays
-    are refused. Otherwise (the Python API) bool is taken as 0/1 and floats that are exactly integers are accepted.
-    ``column_ok``: a ``(N, 1, ..., 1)`` array (one value per sample, as MedMNIST and PCAM store labels) is
-    flattened; any other shape but ``(N,)`` is refused.
-    """
-    arr = _asarray(y, where, "labels")
-    if arr.ndim != 1:
-        if column_ok and arr.ndim > 1 and all(d == 1 for d in arr.shape[1:]):
-            arr = arr.reshape(-1)
-        else:
-            raise PrismError(f"{where}: labels must be 1-D integers, {_label_shape_hint(arr)}")
-    kind = arr.dtype.kind
-    if strict and kind not in "iu":
-        what = {"b": "bool", "f": "floats", "c": "complex numbers", "U": "strings", "S": "byte strings",
-                "O": "Python objects"}.get(kind, str(arr.dtype))
-        raise PrismError(f"{where}: labels must be 1-D integers, got {what} (dtype {arr.dtype}); save integer "
-                         "class indices 0..K-1 (e.g. y.astype('int64')"
-                         + (", after mapping class names to integers)" if kind in "USO" else ")"))
-    if kind == "b":
-        arr = arr.astype(np.int64)
-    elif kind == "f":
-        if not np.all(np.isfinite(arr)):
-            raise PrismError(f"{where}: labels contain NaN or inf; labels must be integers 0..K-1")
-        if not np.all(arr == np.round(arr)):
-            raise PrismError(f"{where}: labels must be integers 0..K-1, got non-integer floats "
-                             f"(e.g. {arr[arr != np.round(arr)][0]!r}); pass class indices, not probabilities")
-        if arr.size and (arr.min() < 0 or arr.max() > MAX_LABEL):
-            bad = arr.min() if arr.min() < 0 else arr.max()
-            raise PrismError(f"{where}: labels must be integers 0..K-1, found {bad:g}")
-        arr = arr.astype(np.int64)
-    elif kind in "iu":
-        if arr.size:
-            lo, hi = arr.min(), arr.max()
-            if lo < 0:
-                raise PrismError(f"{where}: labels must be integers 0..K-1, found {lo}")
-            if int(hi) > MAX_LABEL:
-                raise PrismError(f"{where}: label {hi} is not a plausible class index; labels must be 0..K-1")
-        arr = arr.astype(np.int64, copy=False)
-    else:
-        raise PrismError(f"{where}: labels must be 1-D integers 0..K-1, got dtype {arr.dtype}; "
-                         "map class names to integers first")
-    if n_classes is not None and arr.size and arr.max() >= n_classes:
-        raise PrismError(f"{where}: label {arr.max()} is out of range for n_classes = {n_classes}; "
-                         f"labels must be 0..{n_classes - 1}")
-    return arr
-
-
-def check_pair_lengths(n_rows: int, n_labels: int, where: str, features: str = "feature rows",
-                       labels: str = "labels") -> None:
-    """Features and labels of one split must have equal length (checked before any ``--limit`` subset)."""
-    if n_rows != n_labels:
-        raise PrismError(f"{where}: {n_rows} {features} but {n_labels} {labels}; they must have equal length "
-                         "(one label per row)")
-
-
-def as_features(X, where: str) -> np.ndarray:
-    """A 2-D float32 feature matrix (memory maps stay memory maps) or a PrismError."""
-    if isinstance(X, np.memmap) and X.dtype == np.float32:
-        arr = X
-    else:
-        arr = _asarray(X, where, "features")
-        if arr.dtype.kind not in "fiu":
-            raise PrismError(f"{where}: features must be real numbers, got dtype {arr.dtype}; "
-                             "pass a float32 (N x D) matrix")
-    if arr.ndim != 2:
-        hint = "; reshape a single feature to (N, 1) with X.reshape(-1, 1)" if arr.ndim == 1 else ""
-        raise PrismError(f"{where}: features must be a 2-D (samples x dims) matrix, got shape {arr.shape}{hint}")
-    if arr.shape[1] == 0:
-        raise PrismError(f"{where}: features have 0 dimensions")
-    if arr.dtype != np.float32:
-        if arr.dtype.kind == "f" and arr.size:
-            # check the range before the cast: 1e300 would silently become inf
-            for start in range(0, arr.shape[0], _CHUNK):
-                block = arr[start:start + _CHUNK]
-                if not np.isfinite(block).all():
-                    raise PrismError(f"{where}: features contain NaN or inf; re-extract or drop those rows")
-                if np.abs(block).max(initial=0.0) > _F32_MAX:
-                    raise PrismError(f"{where}: features exceed the float32 range (|x| > 3.4e38); "
-                                     "rescale them (PRISM probes L2-normalised embeddings)")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            arr = arr.astype(np.float32)
-    # chunked finiteness check: bounded memory on memory-mapped matrices
-    for start in range(0, arr.shape[0], _CHUNK):
-        if not np.isfinite(arr[start:start + _CHUNK]).all():
-            raise PrismError(f"{where}: features contain NaN or inf; re-extract or drop those rows")
-    return arr
 
 
 def check_n_classes(n_classes: Any, where: str = "n_classes") -> int | None:
@@ -192,33 +78,33 @@ def check_splits(
     test: SplitArrays,
     n_classes: int | None = None,
 ) -> int:
-    """Validate the three splits; return K. Raises PrismError with the split named."""
+    """Validate the three splits; return K. Raises an ArrayError (a PrismError) with the split named."""
     n_classes = check_n_classes(n_classes)
     for role, s in (("train", train), ("test", test)):
         if s is None:
-            raise PrismError(f"{role}: a {role} split is required; pass a (features, labels) pair")
+            raise ArrayError(f"{role}: a {role} split is required; pass a (features, labels) pair")
     splits = [("train", train), ("test", test)] + ([("val", val)] if val is not None else [])
     for name, s in splits:
         if not isinstance(s, SplitArrays):
-            raise PrismError(f"{name}: pass a (features, labels) pair, got {type(s).__name__}")
+            raise ArrayError(f"{name}: pass a (features, labels) pair, got {type(s).__name__}")
         where = s.name or name
         if not s.checked:
             s.X = as_features(s.X, f"{where} features")
             s.y = as_labels(s.y, f"{where} labels", n_classes)
             check_pair_lengths(s.X.shape[0], s.y.shape[0], where)
             if s.y.shape[0] == 0:
-                raise PrismError(f"{where}: the split is empty; every split needs at least one sample")
+                raise ArrayError(f"{where}: the split is empty; every split needs at least one sample")
             s.checked = True
         elif n_classes is not None and s.y.size and int(s.y.max()) >= n_classes:
-            raise PrismError(f"{where} labels: label {s.y.max()} is out of range for n_classes = {n_classes}; "
+            raise ArrayError(f"{where} labels: label {s.y.max()} is out of range for n_classes = {n_classes}; "
                              f"labels must be 0..{n_classes - 1}")
     dims = {name: s.X.shape[1] for name, s in splits}
     if len(set(dims.values())) > 1:
         shown = ", ".join(f"{n} {d}" for n, d in dims.items())
-        raise PrismError(f"feature dimensions differ between splits ({shown}); all splits must come from one model")
+        raise ArrayError(f"feature dimensions differ between splits ({shown}); all splits must come from one model")
     k = n_classes if n_classes is not None else int(max(s.y.max() for _, s in splits)) + 1
     if k < 2:
-        raise PrismError("a task needs at least 2 classes; every label is 0 "
+        raise ArrayError("a task needs at least 2 classes; every label is 0 "
                          "(pass n_classes or labels of two or more classes)")
     present = set(np.unique(train.y).tolist())
     absent = [c for c in range(k) if c not in present]
@@ -226,7 +112,7 @@ def check_splits(
         others = [n for n, s in splits if n != "train" and set(np.unique(s.y).tolist()) & set(absent)]
         seen = f" (they occur in {', '.join(others)})" if others else ""
         shown = absent[:10] + (["..."] if len(absent) > 10 else [])
-        raise PrismError(
+        raise ArrayError(
             f"{train.name or 'train'}: class(es) {shown} absent from the training split{seen}; "
             f"every one of the {k} classes needs at least one training sample"
         )
@@ -541,7 +427,7 @@ def check_data(
         checks += _few_samples("small_train_class", prefix, "train", train.y,
                                "the probe sees almost none of them, less still at small label fractions")
     if errors:
-        raise PrismError(errors[0])
+        raise ArrayError(errors[0])
     if emit:
         for c in checks:
             if c["level"] == "warning":

@@ -177,12 +177,10 @@ def build_view(path: Path, host, *, sources: Iterable[Path] | None = None, run_t
     sources = [path] if sources is None else [Path(s) for s in sources]
     dirs = source_dirs(sources)
     notes: list[str] = []
-    from prism_plugin.results import summary_problem
+    from prism_plugin.results import check_folder
 
-    for d in dirs:  # a summary.json that does not describe its runs.csv is not read (see results.summary_dirs)
-        problem = summary_problem(d)
-        if problem is not None:
-            notes.append(f"summary.json not used: {problem}")
+    for d in dirs:  # a folder whose files do not belong together is refused, naming the file (results.check_folder)
+        check_folder(d)
     for d in dirs:  # artifacts buffered by this process's runs (see metrics.reliability)
         reliability.flush(d)
     if run_tables is None and dirs:
@@ -257,6 +255,26 @@ def write_report(path: Path, host, *, sources: Iterable[Path] | None = None, run
     return write_view(view, host, write_tables=write_tables)[0]
 
 
+def sweep_leftovers(path: Path, tables_dir: Path | None = None) -> int:
+    """Remove the temporary files (``figures/.x.png.<random>.tmp``) that a report killed while writing left in
+    the folders a report writes (``path``, ``figures/``, ``summaries/``, ``tables_dir``), whatever their age:
+    the report writes its folder alone (one writer per results folder, :mod:`prism_plugin.folder_lock`).
+    Returns how many were removed."""
+    from prism_plugin.results import ResultsDir
+
+    removed = ResultsDir(path).sweep_tmp(min_age_s=float("-inf")) if Path(path).is_dir() else 0
+    extra = Path(tables_dir) if tables_dir is not None else None
+    if extra is not None and extra.is_dir() and extra.resolve() not in (Path(path).resolve(),
+                                                                     (Path(path) / "summaries").resolve()):
+        for tmp in extra.glob(".*.tmp"):
+            try:
+                tmp.unlink()
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
 def write_view(view: ReportView, host, *, write_tables: bool = True) -> tuple[Path, list[ReportSection]]:
     """Write the report of a built view (:func:`build_view`) into ``view.path``: its sections are collected once.
     Returns the HTML path and the sections written, figures under the names they were saved as in ``figures/``."""
@@ -271,6 +289,7 @@ def write_sections(view: ReportView, sections: list[ReportSection], *, write_tab
     and ``report.html`` into ``view.path``, and each section's ``tables`` as CSV into ``view.tables_dir``;
     ``page``: the :func:`render_html` keywords (``tabs``, ``kicker``, ``footer``). Returns the HTML path."""
     path = Path(view.path)
+    sweep_leftovers(path, Path(view.tables_dir))  # what a report killed while writing left behind
     figures = _assign_figure_names(sections)
     if write_tables:
         for s in sections:

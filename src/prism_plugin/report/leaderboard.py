@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -301,8 +302,10 @@ def _figures_ok(sec: ReportSection) -> bool:
     return True
 
 
-def leaderboard_sections(view, yours: Sequence[str], *, reference: bool, host=None) -> list[ReportSection]:
-    """The sections of the leaderboard page (keys as in :data:`TABS`)."""
+def leaderboard_sections(view, yours: Sequence[str], *, reference: bool, host=None,
+                         reference_notes: Sequence[str] = ()) -> list[ReportSection]:
+    """The sections of the leaderboard page (keys as in :data:`TABS`); ``reference_notes`` (a reference file
+    the page does without) are said above the leaderboard table."""
     from prism_plugin.metrics.descriptions import metric_infos
     from prism_plugin.report.derived import report_kinds
 
@@ -311,13 +314,14 @@ def leaderboard_sections(view, yours: Sequence[str], *, reference: bool, host=No
     models = list(dict.fromkeys(cells["model"])) if cells is not None and len(cells) else []
     styles = model_styles(models, yours)
     infos = {i.column: i for i in metric_infos(host)}
-    return [*_overview(view, yours, models, reference, infos),
+    return [*_overview(view, yours, models, reference, infos, reference_notes),
             *_in_distribution(view, cells, page_tables(kinds, False, "rank"), yours, models, styles),
             *_transfer_cri(view, cells, page_tables(kinds, True, "rank", "show"), kinds, yours, models, styles),
             *_per_task(view, cells, kinds, yours)]
 
 
-def _overview(view, yours: Sequence[str], models: list[str], reference: bool, infos) -> list[ReportSection]:
+def _overview(view, yours: Sequence[str], models: list[str], reference: bool, infos,
+              reference_notes: Sequence[str] = ()) -> list[ReportSection]:
     n_ref = sum(1 for m in models if m not in set(yours))
     out: list[ReportSection] = []
     lb, shown, notes = leaderboard_table(view, yours, infos)
@@ -326,6 +330,7 @@ def _overview(view, yours: Sequence[str], models: list[str], reference: bool, in
     body = []
     if not reference:
         body.append(NO_REFERENCE)
+    body.extend(f"**⚠ Reference incomplete:** {note}." for note in reference_notes)
     if lb.empty:
         sec.not_shown.extend(notes)
     else:
@@ -554,20 +559,22 @@ def write_leaderboard(inputs: Sequence[Path], output: Path, host, *, reference: 
                                            source_dirs, summary_options, write_sections)
     from prism_plugin.report.derived import report_kinds
     from prism_plugin.summaries.engine import summary_plugins, write_summaries
-    from prism_plugin.tables import load_tables, tables_from_reference_dir
+    from prism_plugin.reference_files import LEADERBOARD, open_reference, shown_missing
+    from prism_plugin.tables import load_tables
 
     inputs = [Path(d) for d in inputs]
     output = check_output(output, inputs)
-    if reference is not None and not Path(reference).is_dir():
-        raise PrismError(f"--reference {reference}: not a directory; pass a folder with the results_v2 layout "
-                         "(indomain_all_v2.csv, ood_all_v2.csv, ...)")
-    ref_models: set[str] = set()
-    if reference is not None:
-        ref_models = set(_models(tables_from_reference_dir(reference, host=host)))
+    # a reference file the page needs that is absent or damaged: an error line; one it does without: a note
+    ref = open_reference(reference, LEADERBOARD, host=host) if reference is not None else None
+    ref_models = set(_models(ref.tables)) if ref is not None else set()
     # two checkpoints of one adapter in two folders are two models here, labelled by folder
-    tables = probes_apart(load_tables(inputs, reference, host, label_models_by_input=True))
+    tables = probes_apart(load_tables(inputs, ref.tables if ref is not None else None, host, label_models_by_input=True,
+                                      reference_name=f"--reference {reference}"))
     yours = [m for m in _models(tables) if m not in ref_models]
     opts, notes = summary_options(options, host, source_dirs(inputs))
+    ref_notes = shown_missing(ref, tables, yours, report_kinds(opts))
+    for note in ref_notes:
+        warnings.warn(note, stacklevel=2)
     tables, dropped = _page_tables(tables, yours, report_kinds(opts))
     page = set(summary_plugins(host, leaderboard=True))
     skip = [n for n in summary_plugins(host) if n not in page]
@@ -579,8 +586,8 @@ def write_leaderboard(inputs: Sequence[Path], output: Path, host, *, reference: 
     view = build_view(output, host, sources=inputs, run_tables=tables, summaries=summaries, tables_dir=tables_dir,
                       options=opts, title=title, reference=reference is not None, write_tables=False)
     view.models = tuple(yours)
-    view.notes.extend(notes + failed + dropped)
-    sections = leaderboard_sections(view, yours, reference=reference is not None, host=host)
+    view.notes.extend(ref_notes + notes + failed + dropped)
+    sections = leaderboard_sections(view, yours, reference=reference is not None, host=host, reference_notes=ref_notes)
     sections.append(notes_section(sections, view))
     footer = ("Self-contained: every figure is embedded in this file, no network access. The numbers come from "
               f"the CSV tables in <code>{TABLES}</code> (<code>leaderboard.csv</code> holds the leaderboard's "

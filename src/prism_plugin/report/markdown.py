@@ -10,6 +10,10 @@ horizontal rules and the inline forms ``code``, **bold**, *italic*, [links](url)
 else is escaped text, so a section can never inject markup. Images are resolved through a callback (the report
 embeds figures as base64 data URIs).
 
+A section body holds names as they are (a model's, a dataset's, a class's); the two renderings escape them alike:
+:func:`to_html` for ``report.html`` and :func:`md_safe` for ``report.md``, so ``<script>`` or ``<img onerror=...>`` in
+a name is inert text in both, and no control or bidi character reaches either (:func:`prism_plugin.errors.printable`).
+
 Every HTML table is ``<table class="sortable">`` (the page's :data:`TABLE_SCRIPT` sorts it by a click on a header;
 without JavaScript it is a plain table) and comes with a ``CSV`` link: a ``data:text/csv`` URI of the table's cell
 texts (inline Markdown reduced to its text), so each table can be downloaded from a self-contained page.
@@ -26,6 +30,8 @@ import re
 from html.parser import HTMLParser
 from urllib.parse import quote
 from typing import Any, Callable, Iterable, Mapping
+
+from prism_plugin.errors import printable
 
 _TABLE_SEP = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _BULLET = re.compile(r"^\s*[-*+]\s+(.*)$")
@@ -61,13 +67,14 @@ def fmt(v: Any, digits: int = 3) -> str:
 
 
 def escape_cell(text: Any) -> str:
-    """A cell's text with ``|`` escaped (so it cannot split the row)."""
-    return str(text).replace("|", "\\|")
+    """A cell's text with ``|`` escaped (so it cannot split the row) and control characters written as escapes (so
+    it cannot break the line)."""
+    return printable(text).replace("|", "\\|")
 
 
 def pipe_table(header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> str:
-    """A Markdown pipe table from the header and the rows' cell texts (``|`` in cells escaped)."""
-    head = [str(h) for h in header]
+    """A Markdown pipe table from the header and the rows' cell texts (``|`` in header and cells escaped)."""
+    head = [escape_cell(h) for h in header]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for row in rows:
         lines.append("| " + " | ".join(escape_cell(c) for c in row) + " |")
@@ -88,6 +95,72 @@ def markdown_table(df, digits: int = 3, formats: Mapping[str, Any] | None = None
     return pipe_table(cols, rows)
 
 
+# --------------------------------------------------------------------------- report.md: names made inert
+#: a code span as both renderings read it: single backticks, not touching another backtick, on one line
+_MD_CODE = re.compile(r"(?<!`)`[^`\n]+`(?!`)")
+_MD_LINK = re.compile(r"(?P<bang>!?)\[(?P<label>[^\]]*)\]\((?P<url>[^)\s]+)\)")
+#: ``&`` that a Markdown renderer would read as the start of a character reference (``&lt;``, ``&#60;``)
+_MD_ENTITY = re.compile(r"&(?=#?[0-9A-Za-z]+;)")
+_FENCE = re.compile(r"^\s{0,3}(```|~~~)")
+
+
+def _url_ok(url: str) -> bool:
+    """A link or image target that may stay as it is: a web, mail, in-page or embedded-PNG address, or a relative
+    path (no ``javascript:`` and the like), without characters that could close the link or open markup."""
+    return (not re.search(r"[<>\"'`\\]", url)
+            and bool(re.match(r"^(https?:|mailto:|#|data:image/png;base64,)", url) or not re.match(r"^[a-zA-Z][\w+.-]*:", url)))
+
+
+def md_escape(text: Any) -> str:
+    """Plain text (a name, a phrase holding names) as inert Markdown text: control and bidi characters as escapes,
+    ``<`` / ``>`` / ``&`` (where it would start a character reference) as entities, so a renderer shows them as they are
+    and never reads a tag, an autolink or an entity."""
+    return _MD_ENTITY.sub("&amp;", printable(text)).replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _md_inline(line: str) -> str:
+    """One line of a section body, its text escaped by :func:`md_escape`: code spans are kept (shown literally), link
+    and image labels escaped and an unsafe target replaced by ``#``, as :func:`to_html` renders them."""
+    out, pos = [], 0
+    for m in re.finditer(f"{_MD_CODE.pattern}|{_MD_LINK.pattern}", line):
+        out.append(md_escape(line[pos:m.start()]))
+        tok = m.group(0)
+        if tok.startswith("`"):
+            out.append(tok)
+        else:
+            url = m.group("url")
+            out.append(f"{m.group('bang')}[{_md_inline(m.group('label'))}]({url if _url_ok(url) else '#'})")
+        pos = m.end()
+    out.append(md_escape(line[pos:]))
+    return "".join(out)
+
+
+def md_safe(body: str) -> str:
+    """A Markdown section body (or title, caption, note) as ``report.md`` writes it: every name in it inert.
+
+    Per line: control and bidi characters written as escapes everywhere; outside fenced code and code spans ``<``,
+    ``>`` and ``&`` as entities (:func:`md_escape`), a line's leading ``>`` (a block quote) kept; link targets other
+    than web, mail, in-page, PNG data or relative addresses replaced by ``#``. The result renders as :func:`to_html`
+    renders the body: the same text, the same structure, no markup from a name.
+    """
+    out: list[str] = []
+    fence = None
+    for line in str(body).replace("\r\n", "\n").split("\n"):
+        line = printable(line)
+        m = _FENCE.match(line)
+        if fence is not None or m:
+            if m and fence is None:
+                fence = m.group(1)
+            elif m and m.group(1) == fence:
+                fence = None
+            out.append(line)
+            continue
+        quote = re.match(r"^(\s*(?:>\s?)+)", line)
+        lead = quote.group(1) if quote else ""
+        out.append(lead + _md_inline(line[len(lead):]))
+    return "\n".join(out)
+
+
 # --------------------------------------------------------------------------- Markdown -> HTML
 def _safe_url(url: str) -> str:
     if re.match(r"^(https?:|mailto:|#|data:image/png;base64,)", url) or not re.match(r"^[a-zA-Z][\w+.-]*:", url):
@@ -95,8 +168,15 @@ def _safe_url(url: str) -> str:
     return "#"
 
 
+def html_text(text: Any) -> str:
+    """Plain text for HTML: control and bidi characters as escapes (:func:`prism_plugin.errors.printable`), then
+    ``&``, ``<``, ``>`` and quotes as entities."""
+    return html.escape(printable(text), quote=True)
+
+
 def inline(text: str, image: Callable[[str, str], str] | None = None) -> str:
-    """Inline Markdown of one line/paragraph to HTML (text escaped)."""
+    """Inline Markdown of one line/paragraph to HTML (text escaped, control characters as escapes)."""
+    text = printable(text)
     out = []
     pos = 0
     for m in _INLINE.finditer(text):
@@ -145,7 +225,7 @@ def _numeric(text: str) -> bool:
 def to_html(md: str, image: Callable[[str, str], str] | None = None, table_name: str = "table") -> str:
     """Convert a Markdown body to an HTML fragment; ``table_name``: the download name of its
     tables' CSV links (``<table_name>.csv``, then ``<table_name>-2.csv``, ...)."""
-    lines = md.replace("\r\n", "\n").split("\n")
+    lines = [printable(line) for line in md.replace("\r\n", "\n").split("\n")]
     out: list[str] = []
     para: list[str] = []
     n_tables = [0]
@@ -387,5 +467,5 @@ document.body.classList.add("js-tabs");window.addEventListener("hashchange",rout
 """
 
 
-__all__ = ["TABLE_SCRIPT", "add_table_tools", "csv_data_uri", "csv_of", "escape_cell", "fmt", "inline",
-           "markdown_table", "pipe_table", "plain", "to_html"]
+__all__ = ["TABLE_SCRIPT", "add_table_tools", "csv_data_uri", "csv_of", "escape_cell", "fmt", "html_text", "inline",
+           "markdown_table", "md_escape", "md_safe", "pipe_table", "plain", "to_html"]

@@ -1,5 +1,9 @@
 """Render report sections: the Markdown twin (``report.md``, figures linked from ``figures/``) and
 the self-contained HTML page (``report.html``: figures embedded as base64 PNG, tables sortable).
+
+Names in titles, bodies, notes and captions are escaped alike in both (:func:`~prism_plugin.report.markdown.md_safe`
+for the Markdown, :func:`~prism_plugin.report.markdown.html_text` and :func:`~prism_plugin.report.markdown.to_html` for
+the page): markup in a model's or class's name is inert text, and no control character reaches either file.
 """
 
 from __future__ import annotations
@@ -9,7 +13,8 @@ import datetime as _dt
 import html as _html
 from typing import Iterable
 
-from prism_plugin.report.markdown import TABLE_SCRIPT, add_table_tools, inline, to_html
+from prism_plugin.errors import printable
+from prism_plugin.report.markdown import TABLE_SCRIPT, add_table_tools, html_text, inline, md_safe, to_html
 from prism_plugin.report.sections import ReportSection, ReportView
 
 HTML_NAME = "report.html"
@@ -59,32 +64,38 @@ def _subtitle(view: ReportView) -> str:
 def render_markdown(title: str, sections: list[ReportSection], view: ReportView, rel_tables: str) -> str:
     from prism_plugin import __version__
 
-    parts = [f"# {title}\n", f"*{_subtitle(view)} · prism-plugin {__version__}. The HTML version "
+    parts = [f"# {md_safe(title)}\n", f"*{md_safe(_subtitle(view))} · prism-plugin {__version__}. The HTML version "
              f"(`{HTML_NAME}`) holds the same content with the figures embedded.*\n"]
-    parts.append("**Contents:** " + " · ".join(f"[{s.title}](#{s.anchor})" for s in sections) + "\n")
+    parts.append("**Contents:** " + " · ".join(f"[{md_safe(s.title)}](#{_anchor(s)})" for s in sections) + "\n")
     parts += render_sections_md(sections)
     return "\n".join(parts) + "\n" + stamp_comment(runs_stamp_of(view))
 
 
 def render_sections_md(sections: Iterable[ReportSection], figures_dir: str = FIGURES) -> list[str]:
     """The Markdown blocks of ``sections`` (join them with ``"\\n"``): anchor, title, what is not
-    shown, body and the figures linked from ``figures_dir`` with their captions."""
+    shown, body and the figures linked from ``figures_dir`` with their captions. Every text goes through
+    :func:`~prism_plugin.report.markdown.md_safe`: a name in it is inert."""
     parts: list[str] = []
     for s in sections:
-        parts.append(f'<a id="{s.anchor}"></a>\n\n## {s.title}\n')
+        parts.append(f'<a id="{_anchor(s)}"></a>\n\n## {md_safe(s.title)}\n')
         for line in s.not_shown:
-            parts.append(f"> **Not shown:** {line}\n")
+            parts.append(f"> **Not shown:** {md_safe(line)}\n")
         if s.body.strip():
-            parts.append(s.body.rstrip() + "\n")
+            parts.append(md_safe(s.body.rstrip()) + "\n")
         for name in s.figures:
-            cap = s.captions.get(name, "")
-            parts.append(f"![{cap or name}]({figures_dir}/{name})\n" + (f"\n*{cap}*\n" if cap else ""))
+            cap = md_safe(s.captions.get(name, ""))
+            parts.append(f"![{cap or md_safe(name)}]({figures_dir}/{name})\n" + (f"\n*{cap}*\n" if cap else ""))
     return parts
+
+
+def _anchor(s: ReportSection) -> str:
+    """The section's anchor as an HTML attribute value (quotes and markup escaped)."""
+    return html_text(s.anchor)
 
 
 def _img(data: bytes, alt: str) -> str:
     b64 = base64.b64encode(data).decode("ascii")
-    return f'<img src="data:image/png;base64,{b64}" alt="{_html.escape(alt, quote=True)}" loading="lazy">'
+    return f'<img src="data:image/png;base64,{b64}" alt="{html_text(alt)}" loading="lazy">'
 
 
 def _toc_item(s: ReportSection) -> str:
@@ -94,19 +105,20 @@ def _toc_item(s: ReportSection) -> str:
     if s.not_shown:
         empty = not s.figures and not s.body.strip() and not s.html.strip()
         label = "not shown" if empty else f"{len(s.not_shown)} not shown"
-        badge = (f'<span class="toc-na" title="{_html.escape("; ".join(s.not_shown), quote=True)}">'
+        badge = (f'<span class="toc-na" title="{html_text("; ".join(s.not_shown))}">'
                  f"{label}</span>")
-    return (f'<li><a href="#{s.anchor}">{_html.escape(s.title)}</a>'
-            + (f'<span class="toc-sub">{_html.escape(s.summary)}</span>' if s.summary else "")
+    return (f'<li><a href="#{_anchor(s)}">{html_text(s.title)}</a>'
+            + (f'<span class="toc-sub">{html_text(s.summary)}</span>' if s.summary else "")
             + badge + "</li>")
 
 
 def render_section_html(s: ReportSection, image) -> str:
     """One section as an HTML card: its "not shown" callouts, body (sortable tables with CSV links) and figures."""
-    chunk = [f'<section id="{s.anchor}" class="card"><h2>{_html.escape(s.title)}</h2>']
+    chunk = [f'<section id="{_anchor(s)}" class="card"><h2>{html_text(s.title)}</h2>']
     for line in s.not_shown:
         chunk.append(f'<div class="callout na"><strong>Not shown.</strong> {inline(line)}</div>')
-    chunk.append(add_table_tools(s.html, s.anchor) if s.html else to_html(s.body, image, table_name=s.anchor))
+    raw = "\n".join(printable(line) for line in s.html.split("\n")) if s.html else ""  # no control characters
+    chunk.append(add_table_tools(raw, s.anchor) if raw else to_html(s.body, image, table_name=s.anchor))
     for name, data in s.figures.items():
         cap = s.captions.get(name, "")
         chunk.append(f'<figure>{_img(data, cap or name)}'
@@ -153,27 +165,27 @@ def render_html(title: str, sections: list[ReportSection], view: ReportView, rel
         name = src.split("/")[-1]
         if name in figs_by_name:
             return _img(figs_by_name[name], alt)
-        return f"<span class=\"missing\">[image {_html.escape(src)} not embedded]</span>"
+        return f"<span class=\"missing\">[image {html_text(src)} not embedded]</span>"
 
     tabbar = ""
     if tabs:
         groups = _tab_groups(sections, tabs)
-        toc = "".join(f'<li class="toc-tab"><a href="#{_html.escape(tid, quote=True)}">{_html.escape(tt)}</a>'
+        toc = "".join(f'<li class="toc-tab"><a href="#{html_text(tid)}">{html_text(tt)}</a>'
                       f'<ol>{"".join(_toc_item(s) for s in members)}</ol></li>' for tid, tt, members in groups)
         tabbar = ('<nav class="tabbar" aria-label="Tabs"><div class="wrap">'
-                  + "".join(f'<a href="#{_html.escape(tid, quote=True)}">{_html.escape(tt)}</a>'
+                  + "".join(f'<a href="#{html_text(tid)}">{html_text(tt)}</a>'
                             for tid, tt, _ in groups) + "</div></nav>")
-        body = [f'<div class="tab-panel" id="{_html.escape(tid, quote=True)}"><h2 class="tab-title">'
-                f'{_html.escape(tt)}</h2>\n' + "\n".join(render_section_html(s, image) for s in members) + "</div>"
+        body = [f'<div class="tab-panel" id="{html_text(tid)}"><h2 class="tab-title">'
+                f'{html_text(tt)}</h2>\n' + "\n".join(render_section_html(s, image) for s in members) + "</div>"
                 for tid, tt, members in groups]
     else:
         toc = "".join(_toc_item(s) for s in sections)
         body = [render_section_html(s, image) for s in sections]
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    footer = footer or DEFAULT_FOOTER.format(tables=_html.escape(rel_tables or "."))
+    footer = footer or DEFAULT_FOOTER.format(tables=html_text(rel_tables or "."))
     return TEMPLATE.format(
-        title=_html.escape(title), subtitle=_html.escape(_subtitle(view)), toc=toc, body="\n".join(body),
-        version=_html.escape(__version__), stamp=stamp, css=CSS, tabbar=tabbar, kicker=_html.escape(kicker),
+        title=html_text(title), subtitle=html_text(_subtitle(view)), toc=toc, body="\n".join(body),
+        version=_html.escape(__version__), stamp=stamp, css=CSS, tabbar=tabbar, kicker=html_text(kicker),
         footer=footer, script=TABLE_SCRIPT,
     ) + stamp_comment(runs_stamp_of(view))
 

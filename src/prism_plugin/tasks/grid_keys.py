@@ -44,23 +44,36 @@ class _EntryWhere:
 
 
 def check_split_seeds(value: Any, ctx) -> tuple[int, ...]:
-    """``split_seeds``: a non-empty list of distinct integers in [0, 2**32); ``null`` = none."""
+    """``split_seeds``: a non-empty list of distinct integers in [0, 2**32); ``null`` = none.
+
+    An in-domain task with fixed splits (no ``split:`` procedure) has one split: ``split_seeds: [S]`` (one
+    value, e.g. to override an included protocol's five) means that split and is normalised to ``()`` (the
+    task's own splits; run ids and ``runs.csv`` as without the key); two or more are refused.
+    """
+    from prism_plugin.protocol.settings import check_length
+
     if value is None:
         return ()
     example = "e.g. split_seeds: [0, 1, 2, 3, 4]"
     if not isinstance(value, list) or not value:
         raise ctx.fail(SPLIT_SEEDS_KEY, f"must be a non-empty list of integers, {example}; got {short_repr(value)}")
     if len(value) > MAX_SPLIT_SEEDS:
-        raise ctx.fail(SPLIT_SEEDS_KEY, f"{len(value)} values; at most {MAX_SPLIT_SEEDS}")
+        raise ctx.fail(SPLIT_SEEDS_KEY, f"{len(value):,} values; at most {MAX_SPLIT_SEEDS:,}")
+    check_length(value, lambda message: ctx.fail(SPLIT_SEEDS_KEY, message), "split seeds")
+    seen: set[int] = set()
     for v in value:
         if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**32:
             raise ctx.fail(SPLIT_SEEDS_KEY, f"must list integers in [0, 2**32), got {short_repr(v)} ({example})")
-    if len(set(value)) != len(value):
-        dup = sorted({v for v in value if value.count(v) > 1})
-        raise ctx.fail(SPLIT_SEEDS_KEY, f"split seed {dup[0]} appears twice")
+        if v in seen:
+            raise ctx.fail(SPLIT_SEEDS_KEY, f"split seed {v} appears twice")
+        seen.add(v)
     if ctx.kind != "transfer" and not isinstance(ctx.data.get("split"), dict):
-        raise ctx.fail(SPLIT_SEEDS_KEY, "needs a split: procedure to vary (split: {procedure: stratified, seed: 0, "
-                                        "parts: {train: 0.7, heldout: 0.3}}); this task's splits are fixed")
+        if len(value) == 1:  # fixed splits are one split: what a single split seed asks for
+            return ()
+        raise ctx.fail(SPLIT_SEEDS_KEY, f"needs a split: procedure to vary its {len(value)} values (split: "
+                                        "{procedure: stratified, seed: 0, parts: {train: 0.7, heldout: 0.3}}); this "
+                                        "task's splits are fixed, which is one split: set split_seeds: [0] or null "
+                                        "(--set split_seeds=[0]) to run it")
     return tuple(int(v) for v in value)
 
 

@@ -349,10 +349,12 @@ class TaskIndex:
                                  "name an in-distribution task")
             setattr(task, f"{role}_config", member)
         src_cfg, tgt_cfg = task.source_config, task.target_config
+        if len(task.split_seeds) == 1 and not src_cfg.split:  # fixed source splits are one split
+            task.split_seeds = ()
         if task.split_seeds and not src_cfg.split:
             raise PrismError(f"{where('split_seeds')}: split_seeds: the source task {src_cfg.name} ({src_cfg.file}) has "
                              "no split: procedure to vary; give it one (split: {procedure: stratified, seed: 0, parts: "
-                             "{train: 0.7, heldout: 0.3}}) or drop split_seeds")
+                             "{train: 0.7, heldout: 0.3}}) or set split_seeds: [0] or null (its one split)")
         if task.target_split not in tgt_cfg.splits:
             raise PrismError(f"{where('target_split')}: target task {tgt_cfg.name} has no {task.target_split!r} split")
         linked = not (located is not None and located.data.get("ood_stability") is False)

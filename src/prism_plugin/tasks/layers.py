@@ -10,30 +10,23 @@ import copy
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
-
 from prism_plugin.errors import PrismError
-from prism_plugin.tasks.loader import MAX_NESTING, Located, deep_merge, nesting_depth
+from prism_plugin.tasks.loader import Located, deep_merge, parse_value
 
 SET_FILE = Path("--set")
 WHERE_ONLY = object()  # an inherited entry that only says where a parent key was written
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``probe.C=0.1`` -> ("probe.C", 0.1); values are YAML scalars or flow lists."""
+    """``probe.C=0.1`` -> ("probe.C", 0.1); values are YAML scalars or flow lists, read as task files are
+    (:func:`~prism_plugin.tasks.loader.parse_value`: no tags, bounded nesting)."""
     if "=" not in text:
         raise PrismError(f"--set {text!r}: expected KEY=VALUE, e.g. --set probe.C=0.1")
     key, raw = text.split("=", 1)
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
         raise PrismError(f"--set {text!r}: the key is empty")
-    if nesting_depth(raw) > MAX_NESTING:
-        raise PrismError(f"--set {key}: the value nests deeper than {MAX_NESTING} levels")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        raise PrismError(f"--set {text!r}: the value is not valid YAML (use [0.01,0.1] for lists)") from None
-    return key, value
+    return key, parse_value(raw, f"--set {key}")
 
 
 def leaves(value: Any, prefix: str) -> list[tuple[str, Any]]:

@@ -25,8 +25,19 @@ TASK_SUFFIXES = (".yaml", ".yml")
 MAX_NODES = 100_000
 MAX_NESTING = 64
 #: The YAML 1.1 types the safe loader builds (no python/*, no application tags).
-SAFE_TAGS = frozenset("tag:yaml.org,2002:" + t for t in (
+YAML_TAG_PREFIX = "tag:yaml.org,2002:"
+SAFE_TAGS = frozenset(YAML_TAG_PREFIX + t for t in (
     "str", "int", "float", "bool", "null", "seq", "map", "timestamp", "binary", "set", "omap", "pairs"))
+
+
+class Argument(str):
+    """Where a YAML value came from when it is no file: a command-line argument (``--set seeds``). Its
+    problems name the argument, without a line number."""
+
+
+def _at(file: Path | Argument, node: yaml.Node) -> str:
+    """``file:line`` of ``node`` (the argument itself for a command-line value)."""
+    return str(file) if isinstance(file, Argument) else f"{file}:{node.start_mark.line + 1}"
 
 
 @dataclass
@@ -56,13 +67,14 @@ def _construct(node: yaml.Node, path: str, lines: dict[str, int], file: Path,
     state = _state if _state is not None else {"nodes": 0, "active": set()}
     state["nodes"] += 1
     if state["nodes"] > MAX_NODES:
-        raise PrismError(f"{file}: the YAML expands to more than {MAX_NODES} values (aliases repeated inside "
-                         "aliases?); write the values out, a task file needs a few dozen")
+        at = f" (at {path.split('[')[0].split('.')[0]})" if path else ""
+        raise PrismError(f"{file}: the YAML expands to more than {MAX_NODES:,} values{at}: a list that long, or "
+                         "aliases repeated inside aliases; a task file needs a few dozen values")
     if id(node) in state["active"]:
-        raise PrismError(f"{file}:{node.start_mark.line + 1}: an alias refers to its own anchor (a recursive "
+        raise PrismError(f"{_at(file, node)}: an alias refers to its own anchor (a recursive "
                          "structure); task values must be plain mappings, lists and scalars")
     if len(state["active"]) >= MAX_NESTING:
-        raise PrismError(f"{file}:{node.start_mark.line + 1}: values nest deeper than {MAX_NESTING} levels")
+        raise PrismError(f"{_at(file, node)}: values nest deeper than {MAX_NESTING} levels")
     if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
         state["active"].add(id(node))
         try:
@@ -80,11 +92,11 @@ def _construct_collection(node: yaml.Node, path: str, lines: dict[str, int], fil
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
-                raise PrismError(f"{file}:{key_node.start_mark.line + 1}: mapping keys must be plain strings")
+                raise PrismError(f"{_at(file, key_node)}: mapping keys must be plain strings")
             key = str(key_node.value)
             sub = f"{path}.{key}" if path else key
             if key in out:
-                raise PrismError(f"{file}:{key_node.start_mark.line + 1}: key {sub!r} appears twice")
+                raise PrismError(f"{_at(file, key_node)}: key {sub!r} appears twice")
             lines[sub] = key_node.start_mark.line + 1
             out[key] = _construct(value_node, sub, lines, file, state)
         return out
@@ -179,10 +191,19 @@ def parse_yaml(file: Path) -> Located:
     return Located(data=data, file=file, lines=lines, files={k: file for k in lines})
 
 
-def _reject_tags(node: yaml.Node, file: Path) -> None:
-    """Refuse every tag but the plain YAML types (python/*, !custom, application tags)."""
+def shown_tag(tag: str) -> str:
+    """A resolved tag as it is written: ``!!python/object/apply:os.system``, ``!function``."""
+    if tag.startswith(YAML_TAG_PREFIX):
+        return "!!" + tag[len(YAML_TAG_PREFIX):]
+    return tag if tag.startswith("!") else f"!<{tag}>"
+
+
+def _reject_tags(node: yaml.Node, file: Path | Argument) -> None:
+    """Refuse every tag but the plain YAML types (python/*, !custom, application tags), naming the first
+    (in document order) and where it is: ``file:line``, or the command-line argument."""
     stack = [node]
     seen: set[int] = set()
+    what = f"{file.split()[0]} values" if isinstance(file, Argument) and file.strip() else "task files"
     while stack:
         n = stack.pop()
         if id(n) in seen:  # aliases share nodes; recursive ones would loop forever
@@ -190,13 +211,40 @@ def _reject_tags(node: yaml.Node, file: Path) -> None:
         seen.add(id(n))
         tag = n.tag or ""
         if tag not in SAFE_TAGS:
-            raise PrismError(f"{file}:{n.start_mark.line + 1}: YAML tag {_clip(repr(tag))} is not allowed in task files "
-                             "(only plain mappings, lists, strings, numbers and booleans; nothing is executed)")
+            raise PrismError(f"{_at(file, n)}: YAML tags are not allowed in {what} "
+                             f"(`{_clip(shown_tag(tag), 80)}`); write plain mappings, lists, strings, numbers and "
+                             "booleans (nothing is ever executed)")
         if isinstance(n, yaml.MappingNode):
-            for k, v in n.value:
-                stack.extend((k, v))
+            for k, v in reversed(n.value):
+                stack.extend((v, k))
         elif isinstance(n, yaml.SequenceNode):
-            stack.extend(n.value)
+            stack.extend(reversed(n.value))
+
+
+def parse_value(text: str, where: str) -> Any:
+    """A YAML value given on the command line (``--set KEY=VALUE``, ``--option``), read as a task file is:
+    the safe composer, no tags, bounded nesting and alias expansion; ``where`` (``--set seeds``) names it in
+    every problem. A blank value is ``""``."""
+    if not text.strip():
+        return ""
+    arg = Argument(where)
+    if nesting_depth(text) > MAX_NESTING:
+        raise PrismError(f"{arg}: the value nests deeper than {MAX_NESTING} levels")
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise PrismError(f"{arg}: the value is not valid YAML ({_clip(problem)}); quote text, write lists as "
+                         "[0.01,0.1]") from None
+    except (ValueError, RecursionError) as exc:
+        raise PrismError(f"{arg}: the value cannot be parsed ({type(exc).__name__})") from None
+    if node is None:  # only a comment
+        return None
+    _reject_tags(node, arg)
+    try:
+        return _construct(node, "", {}, arg)
+    except yaml.YAMLError as exc:
+        raise PrismError(f"{arg}: the value cannot be parsed ({_clip(str(exc).splitlines()[0])})") from None
 
 
 def deep_merge(base: dict, over: dict) -> dict:

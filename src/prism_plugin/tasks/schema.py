@@ -12,13 +12,13 @@ from typing import Any, Callable, Mapping
 
 from prism_plugin.data.catalogue import check_source_spec
 from prism_plugin.data.splits import check_split_spec
-from prism_plugin.errors import PrismError, suggest
+from prism_plugin.errors import PrismError, plain_name, suggest
 from prism_plugin.heads.base import resolve_probe
 from prism_plugin.heads.logistic import DEFAULT_PROBE
 from prism_plugin.paths import name_problem, relative_key_problem, short_repr
 from prism_plugin.registrars import TASK_KINDS
 from prism_plugin.protocol.grid import DEFAULT_FRACTIONS, DEFAULT_SEEDS
-from prism_plugin.protocol.settings import check_fractions, check_seeds
+from prism_plugin.protocol.settings import check_fractions, check_seeds, check_task_grid
 from prism_plugin.tasks.loader import Located
 
 SPLIT_NAMES = ("train", "val", "test")
@@ -85,6 +85,8 @@ class TaskConfig:
     probes: tuple[dict[str, Any], ...] = ()
     #: values of third-party task keys (``register_task_keys``), passed to every run as ``run.meta[key]``
     extras: dict[str, Any] = field(default_factory=dict)
+    #: where keys that data problems point back to were written (``{"class_names": "x.yaml:4"}``); not resolved()
+    origins: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     # -- transfer tasks: train on the source task, evaluate on the target --
     source_task: str = ""
     target_task: str = ""
@@ -100,6 +102,7 @@ class TaskConfig:
     def resolved(self) -> dict[str, Any]:
         """The task as plain data (for summary.json and fingerprints)."""
         out = asdict(self)
+        out.pop("origins", None)  # where keys were written is no part of the task's identity
         out["splits"] = {k: asdict(v) for k, v in self.splits.items()}
         for key in ("source_config", "target_config"):
             cfg = getattr(self, key)
@@ -198,7 +201,7 @@ class Checker:
     def string(self, value: Any, key: str) -> str:
         if not isinstance(value, str) or not value.strip():
             raise self.fail(key, f"must be a non-empty string, got {short_repr(value)}")
-        return value
+        return plain_name(value, self.loc.where(key) + f": {key}")  # a name never carries a control character
 
     def name(self, value: Any, key: str, what: str = "task name") -> str:
         """A name that becomes a folder name: plain text, never a path (see prism_plugin.paths.name_problem)."""
@@ -230,7 +233,7 @@ class Checker:
     def str_list(self, value: Any, key: str) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise self.fail(key, f"must be a list of non-empty strings, got {short_repr(value)}")
-        return tuple(value)
+        return tuple(plain_name(v, self.loc.where(key) + f": {key}") for v in value)  # no control characters
 
 
 #: task keys the TaskConfig holds as attributes (the built-in plugin keys); others go to ``extras``
@@ -316,7 +319,9 @@ def _build(located: Located, c: Checker) -> TaskConfig:
                                 "embeddings folder: set embeddings_key to a plain relative folder, or rename the dataset"))
 
     common = _protocol_settings(d, c, n_classes or 2)
+    c.attempt(lambda: check_task_grid(common, c.fail))  # once for the task, not per sweep variant
     return TaskConfig(
+        origins=_origins(located),
         name=name,
         file=str(located.file),
         dataset=dataset,
@@ -330,6 +335,10 @@ def _build(located: Located, c: Checker) -> TaskConfig:
         split=split_spec,
         **common,
     )
+
+
+def _origins(located: Located) -> dict[str, str]:
+    return {k: located.where(k) for k in ("class_names", "n_classes") if k in located.data}
 
 
 def _classes(d: dict, c: Checker, located: Located) -> tuple[int | None, tuple[str, ...] | None]:
@@ -420,7 +429,9 @@ def _protocol_settings(d: dict, c: Checker, n_classes: int) -> dict[str, Any]:
     columns = d.get("columns", {})
     if not isinstance(columns, dict) or not all(
         isinstance(k, str) and isinstance(v, (str, int, float)) and not isinstance(v, bool) for k, v in columns.items()
-    ):
+    ) or not all(c.attempt(lambda k=k, v=v: (plain_name(k, f"{c.loc.where('columns')}: columns key"),
+                                             plain_name(str(v), f"{c.loc.where('columns')}: columns.{k}")), None)
+                 for k, v in columns.items()):  # a column name or value never carries a control character
         c.add(c.fail("columns", "must map column names to plain values, e.g. {hospital: 0}"))
         columns = {}
     host = c.host
@@ -546,7 +557,9 @@ def _build_transfer(located: Located, c: Checker) -> TaskConfig:
     for role in ("source_labels", "target_labels"):
         labels[role] = c.attempt(lambda role=role: check_label_map(d.get(role), located.where(role) + ": " + role))
     settings = _protocol_settings(d, c, n_classes)
+    c.attempt(lambda: check_task_grid(settings, c.fail))
     return TaskConfig(
+        origins=_origins(located),
         name=name,
         file=str(located.file),
         dataset=str(d.get("dataset", "") or d.get("pair", "") or name),

@@ -37,7 +37,10 @@ def write_results(root: Path, views, probe: str = "logistic_std", artifacts: boo
         ident = {"task": "gen_transfer", "adapter": "gen", "model": model, "dataset": "src->tgt",
                  "class_names": WBC, "columns": {"src": "src", "tgt": "tgt", "pair": "src->tgt"},
                  "reference_table": "transfer",
-                 "meta": {"kind": "transfer", "src": "src", "tgt": "tgt", "pair": "src->tgt", "priors": priors},
+                 # results_dir as the runner gives it: the reliability artifacts are written with the runs,
+                 # before summary.json records the folder's files
+                 "meta": {"kind": "transfer", "src": "src", "tgt": "tgt", "pair": "src->tgt", "priors": priors,
+                          "results_dir": str(out)},
                  "artifact_dir": (out / "artifacts") if artifacts else None}
         spec = GridSpec(fractions=(1.0,), seeds=SEEDS, probe={"kind": probe})
         rows = run_grid(s["train"], s["val"], s["test"], 5, spec, host, ident)
@@ -200,7 +203,7 @@ def test_audit_reads_group_members_not_the_group_table(results, tmp_path):
 
 def test_audit_bad_input(tmp_path, capsys):
     assert main(["audit", str(tmp_path / "nope")]) == 2
-    assert "no such results directory" in capsys.readouterr().err
+    assert "nope: no such directory" in capsys.readouterr().err
     (tmp_path / "r").mkdir()
     pd.DataFrame({"model": ["m"], "task": ["t"], "fraction": [1.0], "seed": [0], "f1_macro": [0.5]}).to_csv(
         tmp_path / "r" / "runs.csv", index=False)

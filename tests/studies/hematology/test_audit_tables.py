@@ -51,7 +51,8 @@ def results(tmp_path_factory):
                      "reference_table": "transfer", "split_seed": split, "run_suffix": f"-split{split}",
                      # kind indomain: the transfer-temperature plugin stays out (test time); the audit reads
                      # the task's kind from summary.json
-                     "meta": {"kind": "indomain", "adaptation": ("calibration",)}, "artifact_dir": out / "artifacts"}
+                     "meta": {"kind": "indomain", "adaptation": ("calibration",), "results_dir": str(out)},
+                     "artifact_dir": out / "artifacts"}
             spec = GridSpec(fractions=(1.0,), seeds=(1,), probe={"kind": "logistic_std"})
             rows += list(run_grid(_split_train(s["train"], split), s["val"], s["test"], 5, spec, host, ident).values())
         res = ResultsDir(out)
