@@ -62,13 +62,15 @@ def partial_shards(cache: Path) -> int:
 
 def resume_in_process(cache: Path, out: Path, capsys, monkeypatch) -> tuple[str, str]:
     """The restart with the same arguments, in this process (the kill -9 is what needs a process); one torch
-    thread, as the subprocess runs (OMP_NUM_THREADS=1), so re-extracted rows are the same bits."""
+    and one BLAS thread, as the subprocess runs (OMP_NUM_THREADS=1), so re-extracted rows and refitted cells
+    are the same bits."""
     import torch
+    from threadpoolctl import threadpool_limits
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, threadpool_limits(1, user_api="blas"):
             warnings.simplefilter("always")
             rc, stdout, err = main_in_process(SMALL_ARGS + ["--no-report", "--cache-dir", str(cache), "--output",
                                                             str(out)], capsys, monkeypatch)
