@@ -10,6 +10,11 @@ from pathlib import Path
 
 import pytest
 
+# One BLAS thread in every test process and every prism-run it spawns: two xdist workers on two cores with
+# multi-threaded OpenBLAS oversubscribe the machine (a scikit-learn fit 10-20x slower under load), and one
+# setting everywhere keeps in-process and subprocess runs the same bits. torch's own threads are left alone.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PRISM_SHARED", REPO.parent / "shared"))
 REFERENCE = SHARED / "reference" / "prism_results_v2"
@@ -45,6 +50,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _reads_shared(item):
             item.add_marker(pytest.mark.shared)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_blas_thread():
+    """The OpenBLAS limit above also for a numpy that was imported before this file (a plugin of pytest)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=int(os.environ["OPENBLAS_NUM_THREADS"]), user_api="blas"):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
