@@ -22,11 +22,22 @@ With ``--extract-workers N`` it compares instead one in-process extraction with 
 sharded over N workers (``prism-run --extract-workers N``), interleaved, each into a fresh cache
 entry: wall time (worker start-up, adapter build, decode, forward, shard writes, merge), the ratio,
 and whether the two ``features.npy`` files are byte-identical.
+
+    python benchmarks/bench_extract.py --model h_optimus_0 --device cuda --n 4096 --batch 256   # ViT-g/14, fp16
+    python benchmarks/bench_extract.py --model timm:vit_tiny_patch16_224 --model-args img_size=64 --json out.json
+
+``--model NAME`` builds a registered adapter (``prism-run ls adapters``) with random weights
+(``pretrained=false``, nothing is downloaded) and its own dtype policy (e.g. H-optimus-0: ViT-g/14,
+fp16 autocast on CUDA); without it, ``--arch`` names a timm architecture (random weights, class
+token, fp32). The bare forward runs under the same autocast as the pipeline. ``--json FILE`` also
+writes the figures to FILE.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import sys
 import tempfile
@@ -34,26 +45,85 @@ import time
 from pathlib import Path
 
 
-def make_tiles(folder: Path, n: int, size: int, seed: int = 0) -> list[Path]:
-    """``n`` smooth random RGB PNG tiles (compressible like tissue, not like noise)."""
+def _write_tiles(job: tuple[str, int, int, int, int]) -> None:
+    """Tiles ``[start, stop)`` of :func:`make_tiles` (each from its own seeded stream)."""
     import numpy as np
     from PIL import Image
 
-    rng = np.random.default_rng(seed)
-    paths = []
-    base = rng.integers(0, 256, size=(size // 8, size // 8, 3), dtype=np.uint8)
-    for i in range(n):
+    folder, start, stop, size, seed = job
+    base = np.random.default_rng(seed).integers(0, 256, size=(size // 8, size // 8, 3), dtype=np.uint8)
+    for i in range(start, stop):
+        rng = np.random.default_rng([seed, i])
         small = np.clip(base.astype(int) + rng.integers(-40, 40, size=base.shape), 0, 255).astype(np.uint8)
-        im = Image.fromarray(small).resize((size, size), Image.BILINEAR)
-        path = folder / f"tile_{i:05d}.png"
-        im.save(path)
-        paths.append(path)
-    return paths
+        Image.fromarray(small).resize((size, size), Image.BILINEAR).save(Path(folder) / f"tile_{i:05d}.png")
+
+
+def make_tiles(folder: Path, n: int, size: int, seed: int = 0) -> list[Path]:
+    """``n`` smooth random RGB PNG tiles (compressible like tissue, not like noise); the same files
+    whatever the number of processes writing them (up to 8, for thousands of tiles)."""
+    procs = max(1, min(8, (os.cpu_count() or 1) - 1, n // 512))
+    step = -(-n // procs)
+    jobs = [(str(folder), a, min(n, a + step), size, seed) for a in range(0, n, step)]
+    if procs == 1:
+        for job in jobs:
+            _write_tiles(job)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn: the model (and CUDA) already live in this process; the writers need numpy and PIL only
+        with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(_write_tiles, jobs))
+    return [folder / f"tile_{i:05d}.png" for i in range(n)]
+
+
+def make_adapter(args):
+    """The adapter under test: ``--model`` (a registered adapter, random weights) or timm ``--arch``."""
+    if not args.model:
+        from prism_plugin.model_adapters.timm_generic import TimmAdapter
+
+        return TimmAdapter(args.arch, pretrained=False, pooling="cls", batch_size=args.batch)
+    from prism_plugin.commands.model_args import parse_model_args
+    from prism_plugin.plugins import get_host
+    from prism_plugin.runner import make_adapter as build
+
+    kwargs = {"pretrained": "false", **parse_model_args(args.model_args), "batch_size": str(args.batch)}
+    return build(get_host(), args.model, kwargs)
+
+
+def autocast_for(adapter, device):
+    """The autocast context the pipeline uses (``embed_rows``): the adapter's dtype on CUDA, else none."""
+    import torch
+
+    dtype = getattr(adapter, "autocast_dtype", None)
+    if device.type == "cuda" and dtype is not None:
+        return torch.autocast(device_type="cuda", dtype=dtype)
+    return contextlib.nullcontext()
+
+
+def dtype_of(adapter) -> str:
+    from prism_plugin.embed.adapter import dtype_name
+
+    return dtype_name(getattr(adapter, "autocast_dtype", None))
+
+
+def model_label(args, adapter) -> str:
+    return f"{args.model or args.arch} (random weights, {adapter.embed_dim}-d, autocast {dtype_of(adapter)} on CUDA)"
+
+
+def write_json(path, payload: dict) -> None:
+    if path:
+        Path(path).write_text(json.dumps(payload, indent=1, default=str))
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arch", default="vit_small_patch16_224", help="timm architecture (random weights)")
+    p.add_argument("--model", default=None, help="a registered adapter instead of --arch, built with random weights "
+                                                 "(e.g. h_optimus_0: ViT-g/14, fp16 on CUDA)")
+    p.add_argument("--model-args", action="append", default=None, metavar="K=V[,K=V]",
+                   help="with --model: adapter options (pretrained=false is implied)")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the figures to FILE")
     p.add_argument("--n", type=int, default=512, help="number of tiles")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--tile-size", type=int, default=256, help="side of the PNG tiles on disk")
@@ -75,12 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     from prism_plugin.data.base import ImageSplit
     from prism_plugin.embed.cache import EmbeddingCache
     from prism_plugin.embed.extract import default_workers, extract_split, pick_device
-    from prism_plugin.model_adapters.timm_generic import TimmAdapter
 
     if args.threads:
         torch.set_num_threads(args.threads)
     device = pick_device(args.device)
-    adapter = TimmAdapter(args.arch, pretrained=False, pooling="cls", batch_size=args.batch)
+    adapter = make_adapter(args)
     adapter.build(device)
     adapter._built = True
     workers = default_workers() if args.workers is None else args.workers
@@ -115,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             with torch.inference_mode():
                 for start in range(0, args.n, args.batch):
-                    out = adapter.forward(data[start:start + args.batch].to(device))
+                    with autocast_for(adapter, device):  # the pipeline's dtype policy (embed_rows)
+                        out = adapter.forward(data[start:start + args.batch].to(device))
                     out = torch.nn.functional.normalize(out.float(), dim=1)
                     out.cpu()
             if device.type == "cuda":
@@ -149,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     bare_tps, pipe_tps = args.n / bare_s, args.n / pipe_s
     print(f"machine: {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"device {device}, DataLoader workers {workers}")
-    print(f"model: {args.arch} (random weights, {adapter.embed_dim}-d), batch {args.batch}, {args.n} tiles "
+    print(f"model: {model_label(args, adapter)}, batch {args.batch}, {args.n} tiles "
           f"{args.tile_size}px -> Resize {pre.resize} + CenterCrop {pre.crop}")
     print(f"bare forward on pre-made tensors : {bare_tps:8.1f} tiles/s ({bare_s:.2f} s)")
     print(f"full pipeline (decode..write)    : {pipe_tps:8.1f} tiles/s ({pipe_s:.2f} s)")
@@ -161,6 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     if load > (os.cpu_count() or 1):
         print(f"note: load average {load:.1f} exceeds {os.cpu_count()} CPUs; other processes share the machine")
+    write_json(args.json, {
+        "mode": "pipeline_vs_bare", "model": args.model or args.arch, "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "dtype": dtype_of(adapter), "embed_dim": adapter.embed_dim,
+        "n": args.n, "batch": args.batch, "tile_size": args.tile_size, "loader_workers": workers,
+        "repeat": args.repeat, "torch": torch.__version__, "cpus": os.cpu_count(),
+        "bare_tiles_per_s": bare_tps, "pipeline_tiles_per_s": pipe_tps, "ratio": pipe_tps / bare_tps,
+        "ratio_per_pair": paired, "bare_seconds": bare_s, "pipeline_seconds": pipe_s, "loadavg": load,
+    })
     return 0
 
 
@@ -172,7 +251,6 @@ def compare_workers(args) -> int:
     from prism_plugin.embed.cache import SHARD_ENV, EmbeddingCache
     from prism_plugin.embed.extract import extract_split
     from prism_plugin.embed.workers import LocalShardWorkers, RayShardWorkers
-    from prism_plugin.model_adapters.timm_generic import TimmAdapter
 
     os.environ[SHARD_ENV] = str(args.shard or max(1, args.n // 8))
     ray = None
@@ -194,7 +272,7 @@ def compare_workers(args) -> int:
         digests: dict[str, set[bytes]] = {"one": set(), "many": set()}
         for rep in range(args.repeat):
             for kind in ("one", "many"):
-                adapter = TimmAdapter(args.arch, pretrained=False, pooling="cls", batch_size=args.batch)
+                adapter = make_adapter(args)
                 split = ImageSplit(paths=paths, labels=labels, fingerprint=f"bench-{kind}-{rep}")
                 entry = EmbeddingCache(tmp / f"cache-{kind}-{rep}").entry(adapter.fingerprint(), split.fingerprint, "t")
                 t0 = time.perf_counter()
@@ -205,7 +283,8 @@ def compare_workers(args) -> int:
                 digests[kind].add((entry.dir / "features.npy").read_bytes())
     one, many = min(times["one"]), min(times["many"])
     where = "Ray actors (local instance)" if ray is not None else "local processes"
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; model {args.arch} (random weights), "
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; model {args.model or args.arch} "
+          f"(random weights), device {args.device}, "
           f"{args.n} tiles {args.tile_size}px, batch {args.batch}, shard {os.environ[SHARD_ENV]}, "
           f"DataLoader workers {loader_workers}")
     rows = [("1 worker (in-process)", one, times["one"]),
@@ -217,10 +296,27 @@ def compare_workers(args) -> int:
           f"{', '.join(f'{a / b:.3f}' for a, b in zip(times['one'], times['many']))}")
     same = len(digests["one"] | digests["many"]) == 1
     print(f"features.npy byte-identical across all {2 * args.repeat} extractions: {same}")
+    write_json(args.json, {
+        "mode": "workers", "model": args.model or args.arch, "device": args.device, "workers": args.extract_workers,
+        "executor": "ray" if ray is not None else "local", "n": args.n, "batch": args.batch,
+        "shard": int(os.environ[SHARD_ENV]), "repeat": args.repeat, "cpus": os.cpu_count(),
+        "one_tiles_per_s": args.n / one, "many_tiles_per_s": args.n / many, "speedup": one / many,
+        "seconds_one": times["one"], "seconds_many": times["many"], "byte_identical": same,
+    })
     if ray is not None:
         ray.shutdown()
     return 0 if same else 1
 
 
+def cli(argv: list[str] | None = None) -> int:
+    from prism_plugin.errors import PrismError
+
+    try:
+        return main(argv)
+    except PrismError as exc:  # bad --model / --model-args / --device: one line, no traceback
+        print(f"bench_extract: {exc}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

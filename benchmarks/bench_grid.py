@@ -12,19 +12,25 @@ Three variants on the same generated embeddings, each in its own subprocess
     the three fraction-1.0 seeds share one fit, decision values once per fit).
 (c) ``torch``: ``prism_plugin.api.evaluate`` with ``probe.backend = torch``
     (converged to max |grad| <= 1e-8, on the GPU when there is one).
-(d) ``fast``: ``probe.backend = fast`` (per fit: scikit-learn lbfgs exactly as (b), or the
-    preconditioned L-BFGS to scikit-learn's own tol with one preconditioner per grid and warm
-    starts; see ``LogisticProbe._fit_fast``).
+(d) ``fast``: ``probe.backend = fast`` (scikit-learn lbfgs exactly as (b) until one timed trial of
+    the preconditioned L-BFGS, paired with the timed exact fit of the same size, decides the grid's
+    later fits; see ``LogisticProbe._fit_fast``).
 
-Two data regimes (``--regime A|B|both``, default both), see :func:`generate`: A, the original
-construction (lbfgs needs hundreds of iterations at full size), and B, a rotated flatter spectrum
-with overlapping classes and 7 % label noise (lbfgs stops after tens).
+Four data regimes (``--regime A|B|C|D|both|all``, default all; both = A and B), see :func:`generate`:
+A, the original construction (lbfgs needs hundreds of iterations at full size), B, a rotated flatter
+spectrum with overlapping classes and 7 % label noise (lbfgs stops after tens), C (issue 27), a
+rotated flat spectrum, close classes and 40 % label noise: few lbfgs iterations on K = 9 classes, and
+D, already-whitened features (flat spectrum, no shared mean, 10 % label noise): nothing for the
+preconditioner to undo, 10-35 lbfgs iterations.
 
 Printed per dataset and regime: grid seconds (wall and CPU), every variant's ratio to (a) and to
 (b), peak RSS over the feature bytes, the maximum absolute difference of every metric column of
 (b) against (a) (target: 0), the max |diff| of AUROC, ECE, scaled ECE and T of (c) and (d)
 against (b), exact mode's lbfgs iteration counts per fraction (which regime real embeddings
-resemble) and what fast mode's solver did; at the end one table of every ratio.
+resemble), what fast mode's solver did and decided (its trial's and the exact fit's seconds), and
+exact mode's distance from its memory floor (bytes read per lbfgs iteration, ~2 passes over the
+fit's features, against the measured bandwidth of a float32 pass over the train matrix); at the end
+one table of every ratio and one of fast / exact on every regime.
 
 Usage::
 
@@ -79,7 +85,24 @@ METRICS = ["auroc", "f1_macro", "f1_binary", "brier", "ece_fixed", "ece_adaptive
 B_LABEL_NOISE = 0.07
 B_SPECTRUM = 0.25
 B_SHARED = 1.1
-REGIMES = ("A", "B")
+#: regime C (issue 27: few lbfgs iterations on many classes, like the kept-back CRC-like data where fast
+#: mode lost): a rotated flat spectrum, class means C_SEP times regime A's separation, C_LABEL_NOISE label
+#: noise; exact lbfgs stops after ~5-20 iterations at K = 9, so fast mode's set-up has little to repay it
+C_LABEL_NOISE = 0.4
+C_SPECTRUM = 0.0
+C_SHARED = 1.1
+C_SEP = 0.2
+#: regime D: already-whitened embeddings (a rotated flat spectrum and no shared mean): the preconditioner
+#: has no ill-conditioning to remove, so it cuts few lbfgs iterations and each of its own costs more
+D_LABEL_NOISE = 0.1
+D_SEP = 1.0
+REGIMES = ("A", "B", "C", "D")
+#: the rotated regimes' parameters: (spectrum exponent, shared-mean norm, separation factor K = 2 / K > 2, noise)
+ROTATED = {"B": (B_SPECTRUM, B_SHARED, (0.6, 0.5), B_LABEL_NOISE),
+           "C": (C_SPECTRUM, C_SHARED, (C_SEP, C_SEP), C_LABEL_NOISE),
+           "D": (0.0, 0.0, (D_SEP, D_SEP), D_LABEL_NOISE)}
+#: each rotated regime's own random stream (A uses the bare seed)
+STREAM = {"B": 99, "C": 77, "D": 55}
 
 
 def sizes(name: str, scale: float) -> tuple[int, int, int, int, float]:
@@ -98,26 +121,27 @@ def generate(path: Path, name: str, scale: float = 1.0, regime: str = "A", seed:
     if regime not in REGIMES:
         raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
     n_train, n_val, n_test, k, sep = sizes(name, scale)
-    geo = np.random.default_rng(seed if regime == "A" else [seed, 99])
+    geo = np.random.default_rng(seed if regime == "A" else [seed, STREAM[regime]])
     if regime == "A":
         scale_d = ((np.arange(DIM) + 1.0) ** -1.0).astype(np.float32)
         rotation = None
         shared = np.zeros(DIM, np.float32)
         shared[0] = np.sqrt(DIM)
     else:
-        scale_d = ((np.arange(DIM) + 1.0) ** -B_SPECTRUM).astype(np.float32)
+        spectrum, shared_norm, seps, noise = ROTATED[regime]
+        scale_d = ((np.arange(DIM) + 1.0) ** -spectrum).astype(np.float32)
         q, r = np.linalg.qr(geo.standard_normal((DIM, DIM)))
         rotation = (q * np.sign(np.diag(r))).astype(np.float32)
         u = geo.standard_normal(DIM)
-        shared = (B_SHARED * np.sqrt(DIM) * u / np.linalg.norm(u)).astype(np.float32)
-        sep = sep * (0.6 if k == 2 else 0.5)
+        shared = (shared_norm * np.sqrt(DIM) * u / np.linalg.norm(u)).astype(np.float32)
+        sep = sep * (seps[0] if k == 2 else seps[1])
     scale_d *= np.float32(np.sqrt(DIM / float((scale_d.astype(np.float64) ** 2).sum())))
     means = geo.standard_normal((k, DIM)).astype(np.float32) * scale_d
     means *= sep * np.sqrt(DIM) / np.linalg.norm(means, axis=1, keepdims=True) / np.sqrt(2)
     path.mkdir(parents=True, exist_ok=True)
     row_sum, cos_n = np.zeros(DIM), 0
     for split, n, s in (("train", n_train, 1), ("val", n_val, 2), ("test", n_test, 3)):
-        rng = np.random.default_rng([seed, s] if regime == "A" else [seed, s, 99])
+        rng = np.random.default_rng([seed, s] if regime == "A" else [seed, s, STREAM[regime]])
         y = rng.integers(0, k, n)
         X = np.lib.format.open_memmap(path / f"{split}_X.npy", mode="w+", dtype=np.float32, shape=(n, DIM))
         for a in range(0, n, 16384):
@@ -135,8 +159,8 @@ def generate(path: Path, name: str, scale: float = 1.0, regime: str = "A", seed:
                 cos_n += e - a
         X.flush()
         del X
-        if regime == "B":  # label noise: a share of the rows carry another class's label
-            flip = rng.random(n) < B_LABEL_NOISE
+        if regime != "A":  # label noise: a share of the rows carry another class's label
+            flip = rng.random(n) < ROTATED[regime][3]
             y[flip] = (y[flip] + rng.integers(1, k, int(flip.sum()))) % k
         np.save(path / f"{split}_y.npy", y)
     return {"name": name, "regime": regime, "n_train": n_train, "n_val": n_val, "n_test": n_test, "n_classes": k,
@@ -251,14 +275,15 @@ def ours_grid(train, val, test, backend: str) -> list[dict]:
     from prism_plugin.api import evaluate
     from prism_plugin.heads import logistic as probe_mod
 
-    iters: list[tuple[int, int]] = []
-    if backend == "sklearn":  # record lbfgs's iteration count per fit (instrumentation only, outside the solver)
+    iters: list[tuple[int, int, float]] = []
+    if backend == "sklearn":  # record lbfgs's iteration count and seconds per fit (instrumentation outside the solver)
         fit = probe_mod.LogisticProbe.fit
 
         def counted(self, X, y):
+            t0 = time.perf_counter()
             out = fit(self, X, y)
             if self.model is not None:
-                iters.append((len(y), int(np.max(self.model.n_iter_))))
+                iters.append((len(y), int(np.max(self.model.n_iter_)), time.perf_counter() - t0))
             return out
 
         probe_mod.LogisticProbe.fit = counted
@@ -266,14 +291,62 @@ def ours_grid(train, val, test, backend: str) -> list[dict]:
     runs = evaluate(train, val, test, fractions=FRACTIONS, seeds=SEEDS, probe=probe)
     rows = runs.to_dict(orient="records")
     if iters:
-        by_n: dict[int, list[int]] = {}
-        for n, it in iters:
-            by_n.setdefault(n, []).append(it)
+        by_n: dict[int, list[tuple[int, float]]] = {}
+        for n, it, sec in iters:
+            by_n.setdefault(n, []).append((it, sec))
         for r in rows:  # fits of one subset size come in grid order; the fraction-1.0 seeds share one fit
             its = by_n.get(int(r["n_train"]))
             if its:
-                r["lbfgs_iter"] = its.pop(0) if len(its) > 1 else its[0]
+                it, sec = its.pop(0) if len(its) > 1 else its[0]
+                r["lbfgs_iter"], r["lbfgs_fit_seconds"] = it, sec
     return rows
+
+
+def bandwidth(X: np.ndarray, repeats: int = 3) -> dict:
+    """This machine's memory bandwidth as a pass over the feature matrix sees it (float32, this process's
+    threads): the best of ``repeats`` timed passes of ``X.T @ v`` (BLAS gemv, what lbfgs's gradient does) and
+    of ``X @ w`` (the forward product), in bytes per second."""
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    v = np.ones(X.shape[0], np.float32)
+    w = np.ones(X.shape[1], np.float32)
+    best = {}
+    for name, op in (("X.T @ v", lambda: X.T @ v), ("X @ w", lambda: X @ w)):
+        op()  # warm
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            op()
+            times.append(time.perf_counter() - t0)
+        best[name] = X.nbytes / min(times)
+    return {"bytes_per_second": max(best.values()), "by_pass": best, "matrix_bytes": X.nbytes}
+
+
+def floor_text(rows: list[dict], bw: dict, dim: int = DIM) -> tuple[str, dict]:
+    """How far exact mode's lbfgs is from its memory floor: ~2 passes over a fit's features per iteration
+    (the forward product and the gradient), at the measured bandwidth, against the measured fit seconds."""
+    seen, iters, fit_s, read = set(), 0, 0.0, 0.0
+    for r in rows:
+        if r.get("lbfgs_iter") is None or r.get("lbfgs_fit_seconds") is None:
+            continue
+        key = (int(r["n_train"]), int(r["lbfgs_iter"]), float(r["lbfgs_fit_seconds"]))
+        if key in seen:  # the fraction-1.0 seeds share one fit
+            continue
+        seen.add(key)
+        iters += key[1]
+        fit_s += key[2]
+        read += 2.0 * key[1] * key[0] * dim * 4
+    if not iters:
+        return "", {}
+    floor_s = read / bw["bytes_per_second"]
+    info = {"lbfgs_iterations": iters, "fit_seconds": fit_s, "bytes_read": read, "bandwidth": bw["bytes_per_second"],
+            "floor_seconds": floor_s, "over_floor": fit_s / floor_s, "seconds_per_iteration": fit_s / iters,
+            "floor_seconds_per_iteration": floor_s / iters}
+    text = (f"   exact mode's floor: {iters} lbfgs iterations over the grid's fits read ~2 passes of their features "
+            f"each = {read / 1e9:.2f} GB; at the measured {bw['bytes_per_second'] / 1e9:.1f} GB/s (a float32 pass over "
+            f"the train matrix, {bw['matrix_bytes'] / 2**20:.0f} MiB) that is {floor_s:.2f} s; the fits took "
+            f"{fit_s:.2f} s ({fit_s / iters * 1e3:.1f} ms per iteration vs {floor_s / iters * 1e3:.1f} ms of reads): "
+            f"{fit_s / floor_s:.1f}x the floor")
+    return text, info
 
 
 # --------------------------------------------------------------------- worker
@@ -303,11 +376,12 @@ def worker(variant: str, data: Path, out: Path) -> None:
     t0, c0 = time.perf_counter(), time.process_time()
     rows = reference_grid(train, val, test) if variant == "reference" else ours_grid(train, val, test, BACKEND[variant])
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    bw = bandwidth(train[0]) if variant == "ours" else None  # after the timed region
     peak = _status("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result = {
         "variant": variant, "seconds": seconds, "cpu_seconds": cpu, "peak_rss": peak, "baseline_rss": baseline,
         "feature_bytes": feature_bytes, "loadavg_start": load1, "loadavg_end": os.getloadavg()[0],
-        "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(),
+        "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_available(), "bandwidth": bw,
         "rows": [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()} for r in rows],
     }
     out.write_text(json.dumps(result, default=str))
@@ -364,9 +438,11 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="1/10-size data (= --scale 0.1; a few minutes)")
     p.add_argument("--scale", type=float, default=None, help="every split's size times this factor (0 < s <= 1)")
-    p.add_argument("--regime", default="both", choices=("A", "B", "both"),
+    p.add_argument("--regime", default="all", choices=(*REGIMES, "both", "all"),
                    help="data construction: A (axis-aligned power law, lbfgs slow), B (rotated flatter spectrum, "
-                        "overlapping classes, 7%% label noise; lbfgs stops early) or both (default)")
+                        "overlapping classes, 7%% label noise; lbfgs stops early), C (flat rotated spectrum, close "
+                        "classes, 40%% label noise: few iterations on many classes), D (whitened: flat spectrum, no "
+                        "shared mean), both (A and B) or all (default)")
     p.add_argument("--datasets", default="pcam,crc", help="comma-separated subset of: " + ", ".join(DATASETS))
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS))
     p.add_argument("--workdir", type=Path, default=None, help="where the generated data go (default: a temp dir)")
@@ -395,7 +471,7 @@ def main(argv=None) -> int:
             env[var] = str(args.threads)
     names = [n.strip() for n in args.datasets.split(",") if n.strip()]
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    regimes = list(REGIMES) if args.regime == "both" else [args.regime]
+    regimes = list(REGIMES) if args.regime == "all" else ["A", "B"] if args.regime == "both" else [args.regime]
     for n in names:
         if n not in DATASETS:
             p.error(f"--datasets: unknown {n!r}; choose from {', '.join(DATASETS)}")
@@ -456,6 +532,15 @@ def main(argv=None) -> int:
     for regime, name, v, sec, cpu, xr, xe, cr, ce, rss, drss in table:
         print(f"   {regime:<6} {name:<5} {v:<9} {sec:7.1f} {cpu:7.1f} {fmt(xr):>6} {fmt(xe):>7} {fmt(cr):>9} "
               f"{fmt(ce):>11} {rss:8.2f} {drss:9.2f}")
+    fast_rows = [(regime, name, xe, ce) for regime, name, v, sec, cpu, xr, xe, cr, ce, rss, drss in table
+                 if v == "fast" and xe is not None]
+    if fast_rows:
+        print("\n== fast / exact, every regime (target: >= 0.97 everywhere, >= 1.5 where exact lbfgs needs >= 75 "
+              "iterations)")
+        print(f"   {'regime':<6} {'data':<5} {'x exact':>7} {'cpu x exact':>11}  exact lbfgs iterations per fraction")
+        for regime, name, xe, ce in fast_rows:
+            its = report["datasets"][f"{name}-{regime}"]["summary"].get("exact_lbfgs_iterations", "")
+            print(f"   {regime:<6} {name:<5} {xe:7.2f} {ce:11.2f}  {its}")
     report["table"] = [dict(zip(("regime", "data", "variant", "seconds", "cpu_seconds", "x_reference", "x_exact",
                                  "cpu_x_reference", "cpu_x_exact", "rss_over_features", "rss_increase_over_features"),
                                 t)) for t in table]
@@ -516,6 +601,11 @@ def summarise(results: dict) -> dict:
     if src is not None:
         out["exact_lbfgs_iterations"] = _iterations(src["rows"])
         out["lines"].append(f"   exact-mode lbfgs iterations per fraction: {out['exact_lbfgs_iterations']}")
+    if exact is not None and exact.get("bandwidth"):
+        text, info = floor_text(exact["rows"], exact["bandwidth"])
+        if text:
+            out["exact_floor"] = info
+            out["lines"].append(text)
     return out
 
 
@@ -528,13 +618,19 @@ def fast_stats(rows: list[dict]) -> str:
     pc = [r for r in rows if r.get("probe_solver") == "lbfgs-preconditioned"]
     if not pc:
         return (f"fast solver: {', '.join(f'{k} x{n}' for k, n in solvers.items())} (every fit exactly as exact "
-                f"mode: the cost model predicted no saving)")
+                f"mode: no timed trial was made)")
+    trials = [r for r in rows if str(r.get("probe_choice", "")).startswith("trial-")]
+    decided = "; ".join(f"trial f{r['fraction']:g}-s{r['seed']} ({r['n_train']} rows) "
+                        f"{_num(r.get('probe_trial_seconds')):.2f} s (build {_num(r.get('probe_build_seconds')):.2f} s) "
+                        f"vs exact {_num(r.get('probe_exact_seconds')):.2f} s:"
+                        f" {'won' if r['probe_choice'] == 'trial-won' else 'lost, exact after it'}" for r in trials)
+    decided = f"decision: {decided}; " if decided else "decision: no trial; "
     grads = [_num(r.get("probe_grad_max")) for r in pc]
     bounds = [_num(r.get("probe_decision_bound")) for r in pc]
     finite = [b for b in bounds if np.isfinite(b)]
     cert = (f"certified decision-value bound finite for {len(finite)}/{len(pc)} (max {max(finite):.2g})"
             if finite else "no finite certified bound (tol 1e-4 on large n)")
-    return (f"fast solver: {', '.join(f'{k} x{n}' for k, n in solvers.items())}; iterations per fraction {its}; "
+    return (f"fast solver: {decided}{', '.join(f'{k} x{n}' for k, n in solvers.items())}; iterations per fraction {its}; "
             f"preconditioned fits stopped at max |grad| <= {max(grads):.1e}; {cert}")
 
 

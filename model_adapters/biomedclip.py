@@ -1,7 +1,7 @@
 """Microsoft BiomedCLIP (``--model biomedclip``): the image tower of
 ``microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224`` (an open_clip hub model, MIT, not gated).
 
-Built with ``open_clip`` (optional extra ``prism-plugin[open_clip]``) from the model's own
+Built with ``open_clip`` (optional extra ``prism-plugin[clip]``) from the model's own
 ``open_clip_config.json`` vision settings, written out here so that the architecture is known
 without the hub: a timm ``vit_base_patch16_224`` trunk (``timm_pool=""``: its class-token pooling,
 ``timm_proj="linear"``: a bias-free 768 -> 512 projection), image size 224, CLIP statistics.
@@ -62,7 +62,7 @@ class BiomedCLIP(FoundationAdapter):
             import open_clip.model as oc_model
         except ImportError:
             raise PrismError("BiomedCLIP is built with open_clip, which is not installed; "
-                             "pip install 'prism-plugin[open_clip]' (or pip install open_clip_torch)") from None
+                             "pip install 'prism-plugin[clip]' (or pip install open_clip_torch)") from None
         return oc_model
 
     def create_model(self, **overrides: Any):

@@ -122,6 +122,18 @@ def network_attempts(monkeypatch) -> list[tuple[str, object]]:
     return seen
 
 
+#: the optional extra (pyproject.toml) that ships each optional library the tests use
+EXTRA_OF = {"ray": "ray", "datasets": "hf", "pyarrow": "hf", "transformers": "transformers", "open_clip": "clip",
+            "conch": "conch"}
+
+
+def needs(module: str):
+    """``pytest.importorskip`` for an optional library: the skip names the extra that installs it, so a run with
+    only ``.[test]`` says what it left out (``pip install ".[test,all]"`` runs everything, as CI does)."""
+    extra = EXTRA_OF[module.split(".")[0]]
+    return pytest.importorskip(module, reason=f"needs the [{extra}] extra (pip install '.[{extra}]')")
+
+
 def reseal(folder: Path) -> Path:
     """Record a results folder's stamps again (``summary.json``'s ``runs_sha256`` and file manifest) after a test
     rewrote its files on purpose (hand-made replicates, a cut-down runs.csv): what a run writing those files would

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.registrars import AGGREGATIONS  # the names a metric may declare (register_metrics)
 
 
 def _first(values):
     """The first value present: per group (``groupby(...).first()`` skips NaN) or of one series."""
+    import pandas as pd
     if isinstance(values, pd.Series):
         present = values.dropna()
         return present.iloc[0] if len(present) else float("nan")
@@ -43,6 +45,7 @@ def _metric_spec(metric: Any) -> tuple[str, str]:
 
 def aggregate(values: pd.Series, how: str = "mean") -> float:
     """One cell's value from its runs' values (NaN skipped; NaN when no run has a value)."""
+    import pandas as pd
     if how not in AGGREGATORS:
         raise ValueError(f"unknown aggregation {how!r} (one of {', '.join(AGGREGATIONS)})")
     return float(AGGREGATORS[how](pd.to_numeric(values, errors="coerce")))
@@ -56,6 +59,7 @@ def cell_stats(df: pd.DataFrame, by: list[str], metrics: Iterable[Any]) -> list[
     and ``<column>_std`` (seed standard deviation, ddof = 1; NaN for one run); any other aggregation gives
     ``<column>_<aggregation>`` (``my_score_median``). Columns absent from ``df`` are skipped.
     """
+    import pandas as pd
     specs = [_metric_spec(m) for m in metrics]
     present = [(m, how) for m, how in dict.fromkeys(specs) if m in df.columns]
     out = []

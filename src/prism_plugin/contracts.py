@@ -16,15 +16,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.errors import PrismError
 
 #: the temperature search interval of PROTOCOL §2.5 (prism_plugin.protocol.temperature uses it)
 T_BOUNDS = (0.1, 10.0)
+
+
+def _empty_frame() -> pd.DataFrame:
+    import pandas as pd
+    return pd.DataFrame()
 
 
 def _readonly(arr: np.ndarray) -> np.ndarray:
@@ -322,7 +329,7 @@ class ReportView:
     #: the models the page is about, as labelled on it (its subtitle counts them); empty = those of ``runs``
     models: tuple[str, ...] = ()
     metrics: list[Any] = field(default_factory=list)
-    runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    runs: pd.DataFrame = field(default_factory=_empty_frame)
     summary: dict[str, Any] = field(default_factory=dict)
     source_summaries: list[dict[str, Any]] = field(default_factory=list)
 
@@ -333,6 +340,7 @@ class ReportView:
             self.tables_dir = self.path / "summaries"
 
     def table(self, stem: str) -> pd.DataFrame | None:
+        import pandas as pd
         if self.summaries is not None and stem in getattr(self.summaries, "tables", {}):
             return self.summaries.tables[stem]
         p = Path(self.tables_dir) / f"{stem}.csv"

@@ -35,10 +35,12 @@ host uses :data:`CHECKS`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.contracts import T_BOUNDS
 from prism_plugin.hookspecs import hookimpl
@@ -95,6 +97,7 @@ def bound_side(temperature: float, bounds: Sequence[float] = T_BOUNDS) -> str:
 
 def as_bool(col: pd.Series) -> pd.Series:
     """A flag column as float 1/0/NaN: bools, numbers and the strings a CSV reads back."""
+    import pandas as pd
     if pd.api.types.is_bool_dtype(col) or pd.api.types.is_numeric_dtype(col):
         return pd.to_numeric(col, errors="coerce").astype(float)
     low = col.astype("string").str.strip().str.lower().fillna("")
@@ -108,6 +111,7 @@ RUN_IDS_ATTR = "run_ids"
 
 
 def _split_seed_text(value: Any) -> str:
+    import pandas as pd
     try:
         return "" if value is None or pd.isna(value) else f"-split{int(float(value))}"
     except (TypeError, ValueError):
@@ -119,6 +123,7 @@ def all_run_ids(runs: pd.DataFrame) -> list[str]:
     (``runs.attrs[RUN_IDS_ATTR]``), else the ``run_id`` column (rows of tasks with grid keys; the other rows are
     ``f<fraction>-s<seed>``), else, for tables written before that column, rebuilt from the columns: ``-split<S>``
     where a ``split_seed`` is given and ``-<probe>`` where the table holds several probe kinds."""
+    import pandas as pd
     from prism_plugin.protocol.grid import probe_label
 
     ids = runs.attrs.get(RUN_IDS_ATTR)
@@ -137,12 +142,14 @@ def all_run_ids(runs: pd.DataFrame) -> list[str]:
 
 
 def run_ids(runs: pd.DataFrame, mask: pd.Series) -> tuple[str, ...]:
+    import pandas as pd
     ids = all_run_ids(runs)
     picked = np.asarray(pd.Series(mask, index=runs.index).fillna(False), dtype=bool)
     return tuple(i for i, keep in zip(ids, picked) if keep)
 
 
 def _fractions(runs: pd.DataFrame, mask: pd.Series) -> tuple[float, ...]:
+    import pandas as pd
     if "fraction" not in runs:
         return ()
     return tuple(sorted({float(f) for f in pd.to_numeric(runs.loc[mask, "fraction"], errors="coerce").dropna()}))
@@ -154,6 +161,7 @@ def pct(f: float) -> str:
 
 def where_text(runs: pd.DataFrame, mask: pd.Series) -> str:
     """``5 of 18 runs (fractions 1 %, 5 %)`` / ``every run``."""
+    import pandas as pd
     n, total = int(mask.sum()), len(runs)
     fr = _fractions(runs, mask)
     all_fr = _fractions(runs, pd.Series(True, index=runs.index))
@@ -173,6 +181,7 @@ def _flag(name: str, level: str, message: str, runs: pd.DataFrame, mask: pd.Seri
 
 
 def _num(runs: pd.DataFrame, column: str) -> pd.Series:
+    import pandas as pd
     return pd.to_numeric(runs[column], errors="coerce")
 
 
@@ -229,6 +238,7 @@ def check_nll(runs: pd.DataFrame, ctx: QualityContext) -> list[Flag]:
 
 
 def check_collapse(runs: pd.DataFrame, ctx: QualityContext) -> list[Flag]:
+    import pandas as pd
     from prism_plugin.metrics.collapse import RECALL_FLOOR
 
     out = []
@@ -267,6 +277,7 @@ def check_collapse(runs: pd.DataFrame, ctx: QualityContext) -> list[Flag]:
 
 
 def _single_class_mask(runs: pd.DataFrame) -> pd.Series:
+    import pandas as pd
     if "n_test_classes" not in runs:
         return pd.Series(False, index=runs.index)
     return _num(runs, "n_test_classes") == 1
@@ -318,7 +329,7 @@ def check_fast_solver(runs: pd.DataFrame, ctx: QualityContext) -> list[Flag]:
     return [_flag("fast_solver", "warning", f"{fast_mode_note(runs)} ({where_text(runs, mask)})", runs, mask)]
 
 
-Check = Callable[[pd.DataFrame, QualityContext], list[Flag]]
+Check = Callable[["pd.DataFrame", QualityContext], list[Flag]]
 #: The built-in checks, in the order their flags are listed (registered as the ``checks`` catalogue
 #: by :func:`register_checks`; a plugin adds its own through the same hook).
 CHECKS: tuple[Check, ...] = (check_test_classes, check_convergence, check_collapse, check_temperature_bounds,

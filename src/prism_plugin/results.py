@@ -32,9 +32,10 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin import manifest
 from prism_plugin.errors import PrismError, plain_names
@@ -54,6 +55,7 @@ TRAILING_COLUMNS = [
     "n_val", "n_val_prop", "forced_val_classes", "n_test", "task", "adapter", "probe", "probe_converged", "probe_backend",
     # what the fast solver did (prism_plugin.heads.logistic.FAST_COLUMNS; fast mode only)
     "probe_solver", "probe_iter", "probe_grad_max", "probe_step_max", "probe_decision_bound", "probe_init",
+    "probe_choice", "probe_exact_seconds", "probe_trial_seconds", "probe_build_seconds",
     "reference_table",
 ]
 
@@ -67,6 +69,7 @@ def order_columns(columns: Iterable[str]) -> list[str]:
 
 
 def rows_to_frame(rows: list[dict]) -> pd.DataFrame:
+    import pandas as pd
     df = pd.DataFrame(rows)
     return df[order_columns(df.columns)] if len(df.columns) else df
 
@@ -74,6 +77,7 @@ def rows_to_frame(rows: list[dict]) -> pd.DataFrame:
 def read_runs(path: str | Path) -> pd.DataFrame:
     """Read a ``runs.csv``; a file that is not a readable CSV (binary, truncated, not UTF-8) is one
     PrismError naming it and the fix."""
+    import pandas as pd
     path = Path(path)
     try:
         return plain_names(pd.read_csv(path))  # names from data: no control characters

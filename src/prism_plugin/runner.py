@@ -352,6 +352,11 @@ def _run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
                     "shared_fits": shared_fits,
                     "total_seconds": round(time.perf_counter() - t_start, 3)},
     }
+    from prism_plugin.heads.logistic import fast_mode_record
+
+    fast_mode = fast_mode_record(rows)  # probe.backend fast: its timed trial, decision and reason per grid
+    if fast_mode is not None:
+        summary["fast_mode"] = fast_mode
     for entry in host.task_keys.entries():  # what a plugin's task key adds (the bootstrap's cells[].ci)
         key = host.task_keys.get(entry.name)
         if getattr(key, "summary", None) is not None:

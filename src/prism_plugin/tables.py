@@ -8,9 +8,12 @@ directory with the published ``results_v2`` layout.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.contracts import RunTables, SummaryOutput  # noqa: F401  (SummaryOutput re-exported)
 from prism_plugin.errors import PrismError, plain_names, suggest
@@ -103,6 +106,7 @@ def tables_from_results(paths, host=None, *, label_models_by_input: bool = False
     run into two folders) becomes ``<model> · <folder name>`` in each, instead of the runs colliding as "the same
     run twice".
     """
+    import pandas as pd
     kinds = host_or_shared(host).tables
     parts: dict[str, list[pd.DataFrame]] = {}
     swept = 0
@@ -156,6 +160,7 @@ def tables_from_results(paths, host=None, *, label_models_by_input: bool = False
 
 def _holders(frames: list[pd.DataFrame], files: list[Path], key: list[str], run: pd.Series) -> list[tuple[str, str]]:
     """``(file, task)`` of each row holding the run ``run`` (values of ``key``), over the parts of one table."""
+    import pandas as pd
     out: list[tuple[str, str]] = []
     for rows, file in zip(frames, files):
         sub = rows[key]
@@ -210,6 +215,7 @@ def routed_rows(df: pd.DataFrame, kinds):
     ``renames``). A row of :data:`SHIFT_ROUTED_FROM` whose task declares ``shift: <kind>`` goes to the
     table kind with ``shift_table=True`` and that ``shift``; the rows staying there carry ``shift``
     (:data:`UNDECLARED` when none). A table not in ``kinds`` (the host's table registry) comes unchanged."""
+    import pandas as pd
     table_col = df["reference_table"] if "reference_table" in df else pd.Series("indomain", index=df.index)
     routed = table_col.astype(object).copy()
     is_default = routed == SHIFT_ROUTED_FROM
@@ -241,6 +247,7 @@ def table_kinds(host=None) -> tuple:
 
 def read_run_table(path: Path, required_columns: tuple[str, ...] = ()) -> pd.DataFrame:
     """Read one per-run CSV; a missing column or unparsable file names the file."""
+    import pandas as pd
     try:
         df = pd.read_csv(path)
     except Exception as exc:  # pandas raises many types for malformed CSV
@@ -303,6 +310,7 @@ def load_tables(results_dirs: list[Path], reference, host=None, *, label_models_
     :func:`prism_plugin.reference_files.open_reference`), or both
     (rows of the same table concatenated; a model in both is an error). ``label_models_by_input``: see
     :func:`tables_from_results`."""
+    import pandas as pd
     if not results_dirs and reference is None:
         raise PrismError("give RESULTS_DIR... (prism-run results) or --reference DIR (published tables)")
     parts = []

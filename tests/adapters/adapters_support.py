@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from tests.conftest import needs
 
 REPO = Path(__file__).resolve().parents[2]
 from tests.conftest import SHARED  # noqa: E402,F401  (re-exported for the adapter tests)
@@ -24,9 +25,9 @@ def adapter_class(name: str):
 def needs_backend(name: str) -> None:
     """Skip when the optional library a model is built with is not installed."""
     if name in ("clip", "plip", "midnight"):
-        pytest.importorskip("transformers")
+        needs("transformers")
     if name == "conch":
-        pytest.importorskip("conch.open_clip_custom")
+        needs("conch.open_clip_custom")
 
 
 def table_block(text: str, caption_start: str) -> list[list[str]]:

@@ -13,6 +13,8 @@ import functools
 import inspect
 
 import pytest
+
+from tests.conftest import needs
 import torch
 
 from prism_plugin.embed.adapter import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD
@@ -61,9 +63,9 @@ CARD_PARAMS = {"dinobloom_s": 22e6, "dinobloom_b": 86e6, "dinobloom_l": 304e6, "
 
 def _needs(name: str) -> None:
     if name in ("phikon", "clip_l"):
-        pytest.importorskip("transformers")
+        needs("transformers")
     if name == "biomedclip":
-        pytest.importorskip("open_clip")
+        needs("open_clip")
 
 
 @functools.lru_cache(maxsize=None)
@@ -185,7 +187,7 @@ def test_dinobloom_zenodo_checkpoint_maps_onto_the_timm_network(tmp_path):
 
 
 def test_phikon_loads_transformers4_names(tmp_path):
-    pytest.importorskip("transformers")
+    needs("transformers")
     from prism_plugin.model_adapters.owkin import legacy_vit_key
 
     own = _meta("phikon")[1].state_dict()
@@ -216,7 +218,7 @@ def test_phikon_loads_transformers4_names(tmp_path):
 
 
 def test_biomedclip_full_open_clip_checkpoint_keeps_the_image_tower(tmp_path):
-    pytest.importorskip("open_clip")
+    needs("open_clip")
     own = _meta("biomedclip")[1].state_dict()
     state = {f"visual.{k}": v for k, v in own.items()}
     state.update({"text.transformer.embeddings.word_embeddings.weight": torch.empty(4, 2, device="meta"),

@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+
+from tests.conftest import needs
 import torch
 
 from prism_plugin.errors import PrismError
@@ -68,7 +70,7 @@ def test_checkpoint_of_another_architecture_is_refused(tmp_path):
 # -- open_clip:<arch>[/<pretrained>] ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_open_clip(tmp_path_factory):
-    open_clip = pytest.importorskip("open_clip")
+    open_clip = needs("open_clip")
     folder = tmp_path_factory.mktemp("oc-configs")
     (folder / "PrismTiny-B-16.json").write_text(json.dumps({
         "embed_dim": 32,
@@ -104,7 +106,7 @@ def test_open_clip_unknown_names(tiny_open_clip):
 
 
 def test_open_clip_pretrained_tag_fails_fast_offline(monkeypatch):
-    pytest.importorskip("open_clip")
+    needs("open_clip")
     import huggingface_hub.constants as constants
 
     from prism_plugin.embed import hub
@@ -122,7 +124,7 @@ def test_open_clip_pretrained_tag_fails_fast_offline(monkeypatch):
 # -- hf:<repo or folder> --------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_hf_folder(tmp_path_factory):
-    transformers = pytest.importorskip("transformers")
+    transformers = needs("transformers")
     folder = tmp_path_factory.mktemp("hf-tiny")
     config = transformers.Dinov2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, patch_size=8,
                                        image_size=48, mlp_ratio=2)
@@ -146,7 +148,7 @@ def test_hf_local_folder(tiny_hf_folder, tiles, tmp_path, pooling, dim):
 
 
 def test_hf_hub_repo_fails_fast_offline(monkeypatch):
-    pytest.importorskip("transformers")
+    needs("transformers")
     import huggingface_hub.constants as constants
 
     from prism_plugin.embed import hub

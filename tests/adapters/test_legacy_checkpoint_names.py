@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import needs
+
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+transformers = needs("transformers")
 
 
 def _legacy_names(state):

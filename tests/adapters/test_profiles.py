@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from tests.conftest import needs
 import torch
 from PIL import Image
 from torchvision import transforms as T
@@ -97,7 +99,7 @@ def test_prism_main_is_the_notebooks_torchvision_transform(name, image):
 
 
 def test_clip_card_is_the_clip_image_processor(image):
-    transformers = pytest.importorskip("transformers")
+    transformers = needs("transformers")
     ours = profile("clip", "model_card").transform()(image)
     theirs = transformers.CLIPImageProcessor()(images=image, return_tensors="pt")["pixel_values"][0]
     assert ours.shape == theirs.shape
@@ -105,7 +107,7 @@ def test_clip_card_is_the_clip_image_processor(image):
 
 
 def test_conch_is_its_loader_transform(image):
-    pytest.importorskip("conch.open_clip_custom")
+    needs("conch.open_clip_custom")
     from conch.open_clip_custom.transform import image_transform
 
     loader = image_transform(448, mean=CLIP_MEAN, std=CLIP_STD)

@@ -13,7 +13,7 @@ import pytest
 from prism_plugin.data import camelyon17 as c17
 from prism_plugin.errors import PrismError
 
-from tests.conftest import SHARED
+from tests.conftest import SHARED, needs
 SPLIT_DIR = SHARED / "reference" / "camelyon17"
 
 
@@ -156,7 +156,7 @@ def test_split_file_errors_name_the_file(tmp_path):
 # ---------------------------------------------------------------- the task source on a tiny HF copy
 
 def test_camelyon17_source_on_a_synthetic_parquet_copy(tmp_path):
-    import datasets
+    datasets = needs("datasets")
     from PIL import Image
     import io
 

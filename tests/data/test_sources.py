@@ -13,6 +13,8 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+
+from tests.conftest import needs
 from PIL import Image
 
 from prism_plugin.data.arrays import H5Source, NpzSource
@@ -240,7 +242,7 @@ def test_npz_medmnist_pool_label_names_and_drop(tmp_path):
 
 @pytest.fixture
 def parquet_dataset(tmp_path):
-    import datasets
+    datasets = needs("datasets")
 
     rng = np.random.default_rng(0)
     images, arrays = [], []
@@ -273,6 +275,7 @@ def test_hf_parquet_with_image_bytes(parquet_dataset):
 
 
 def test_hf_hub_id_offline_answers_at_once(monkeypatch, network_attempts):
+    needs("datasets")
     from prism_plugin.data import hf
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -286,6 +289,7 @@ def test_hf_hub_id_offline_answers_at_once(monkeypatch, network_attempts):
 
 
 def test_hf_unreachable_hub_goes_offline_without_retries(monkeypatch, network_attempts):
+    needs("datasets")
     from prism_plugin.data import hf
 
     for var in hf.OFFLINE_ENV:
@@ -303,7 +307,7 @@ def test_hf_unreachable_hub_goes_offline_without_retries(monkeypatch, network_at
 # ---------------------------------------------------------------- embeddings
 
 def test_embedding_tree_npy_and_parquet(tmp_path):
-    import pyarrow as pa
+    pa = needs("pyarrow")
     import pyarrow.parquet as pq
 
     X = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)

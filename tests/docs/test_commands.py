@@ -38,6 +38,9 @@ METASYNTAX = re.compile(r"\[?([A-Z][A-Z0-9_]*|\.\.\.)\]?")
 PATH_ARGS = {"compare": ("results",), "audit": ("results_dir", "results"), "sensitivity": ("results_dir",),
              "report": ("results_dir", "results_dirs"), "findings": ("results_dirs",), "diff": ("a", "b")}
 PAGES = [p for p in pages() if commands(p)]
+#: pip options that take a value (an index URL is not a package), and the packages a page may install besides ours
+PIP_VALUED = {"--index-url", "--extra-index-url", "-i", "-c", "-r", "--constraint"}
+THIRD_PARTY = {"torch", "torchvision"}
 #: pytest options that take a value
 VALUED = {"-n", "-k", "-p", "-m", "--dist", "-o"}
 
@@ -79,11 +82,14 @@ def host():
 
 def test_pages_have_commands_and_files():
     readme = [_tokens(c) for c in commands(README)]
-    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    assert readme[1] == ["pip", "install", ".[test]"] and 'pip install ".[test]"' in ci, \
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    # install, the main job, the test tools with every optional part, the test command; .ci/run does the same
+    assert readme[1] == ["pip", "install", "."] and "pip install ." in ci, \
         ".ci/run installs exactly as the README's first block says"
-    assert readme[3] == ["python", "-m", "pytest"] and "python -m pytest" in ci
     assert readme[2][:5] == ["prism-run", "--task", "prism_demo", "--model", "demo_vit"]
+    assert readme[3] == ["pip", "install", ".[test,all]"] and 'pip install ".[test,all]"' in ci
+    assert readme[4] == ["python", "-m", "pytest"] and "python -m pytest" in ci
+    assert ci.index("pip install .") < ci.index('pip install ".[test,all]"') < ci.index("python -m pytest")
     assert sum(len(commands(p)) for p in PAGES) >= 60, "the docs' shell blocks were not found"
     assert "my_tasks/my_task.yaml" in declared_files(ROOT / "docs" / "models.md")
 
@@ -106,7 +112,11 @@ def _check(page: Path, line: str, host, state: dict, problem) -> bool:
     if tokens[:3] == ["python3", "-m", "venv"] or tokens[0] in (".", "source"):
         return False
     if tokens[:2] == ["pip", "install"]:
-        for target in (t for t in tokens[2:] if not t.startswith("-")):
+        args = tokens[2:]
+        values = {args[i + 1] for i, t in enumerate(args[:-1]) if t in PIP_VALUED}
+        for target in (t for t in args if not t.startswith("-") and t not in values):
+            if target in THIRD_PARTY:
+                continue
             m = re.fullmatch(r"(.*?)(?:\[([\w,-]+)\])?", target.strip("'\""))
             where, wanted = m.group(1), (m.group(2) or "")
             if where != "prism-plugin" and not (ROOT / where).exists():

@@ -11,6 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tests.conftest import needs
+
 from prism_plugin.embed.cache import EmbeddingCache
 from prism_plugin.embed.extract import extract_split, shard_layout
 from prism_plugin.embed.workers import (LocalShardWorkers, WorkerSlot, adapter_payload, assign, check_workers,
@@ -150,7 +152,7 @@ def test_two_local_processes_resume_and_write_the_same_entry(tiny_single, split,
 
 @pytest.fixture(scope="module")
 def ray_local():
-    ray = pytest.importorskip("ray")
+    ray = needs("ray")
     import logging
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
@@ -238,7 +240,7 @@ def test_one_worker_is_in_process_and_ray_missing_is_one_line(monkeypatch):
 def test_unreachable_or_malformed_ray_address_is_one_line():
     import socket
 
-    pytest.importorskip("ray")
+    needs("ray")
     from prism_plugin.executors import make_executor
 
     with socket.socket() as sock:  # a port nothing listens on (bound, never listening)

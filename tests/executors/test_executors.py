@@ -9,7 +9,7 @@ from prism_plugin.executors import SplitRef, make_executor, plan_units
 from prism_plugin.errors import PrismError
 from prism_plugin.protocol.grid import GridSpec
 from prism_plugin.protocol.inputs import SplitArrays
-from tests.conftest import run_main
+from tests.conftest import run_main, needs
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def run(root, out, *extra):
 def test_process_pool_and_ray_match_in_process(embedding_task, tmp_path):
     serial = run(embedding_task, tmp_path / "serial")
     assert run(embedding_task, tmp_path / "pool", "--jobs", "2") == serial
-    ray = pytest.importorskip("ray")
+    ray = needs("ray")
     assert not ray.is_initialized()  # the run starts its own local instance (--jobs CPUs), as a user's would
     try:
         assert run(embedding_task, tmp_path / "ray", "--executor", "ray", "--jobs", "2") == serial

@@ -246,6 +246,12 @@ def test_no_unsafe_yaml_loader_in_the_package():
     hits = [f"{p}:{i}" for p in src.rglob("*.py") for i, line in enumerate(p.read_text().splitlines(), 1)
             if unsafe.search(line)]
     assert hits == []
+    # the task index's libyaml loader constructs as safe_load does (no Python objects from tags)
+    import yaml
+    from prism_plugin.tasks.index import FAST_LOADER
+
+    assert issubclass(FAST_LOADER, yaml.constructor.SafeConstructor)
+    assert not issubclass(FAST_LOADER, yaml.constructor.FullConstructor)
 
 
 # --------------------------------------------------------------------------- 6. full disk

@@ -28,7 +28,6 @@ from itertools import combinations
 from typing import Mapping, Sequence
 
 import numpy as np
-from scipy.stats import spearmanr
 
 PER_RUN = ("conf", "neg_ent", "neg_shift", "neg_predKL", "marg_ent")
 
@@ -115,6 +114,7 @@ def _clean(scores: Mapping[str, float], truth: Mapping[str, float]) -> list[str]
 
 def spearman(scores: Mapping[str, float], truth: Mapping[str, float]) -> float:
     """Spearman rho across encoders (NaN with fewer than 3 encoders or a constant input)."""
+    from scipy.stats import spearmanr
     names = _clean(scores, truth)
     if len(names) < 3:
         return float("nan")

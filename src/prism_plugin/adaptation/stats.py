@@ -26,9 +26,6 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy.stats import rankdata, spearmanr
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import train_test_split
 
 from prism_plugin.metrics.core import f1_macro
 
@@ -49,6 +46,8 @@ def _percentile_ci(values: np.ndarray, alpha: float) -> tuple[float, float]:
 def spearman_ci(x: Sequence[float], y: Sequence[float], *, B: int = BOOTSTRAP_B, seed: int = 0,
                 alpha: float = 0.05) -> dict[str, float]:
     """Spearman rho of x vs y with a bootstrap CI over the paired items (encoders)."""
+    from scipy.stats import rankdata
+    from scipy.stats import spearmanr
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     ok = np.isfinite(x) & np.isfinite(y)
@@ -257,6 +256,8 @@ def _balanced_sample(domains: Sequence[tuple[np.ndarray, np.ndarray]], rng, per_
 
 
 def _fit_score(X: np.ndarray, target: np.ndarray, strata: np.ndarray, seed: int, test_size: float) -> float:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import train_test_split
     counts = np.unique(strata, return_counts=True)[1]
     strat = strata if counts.min() >= 2 else None
     tr, te = train_test_split(np.arange(len(target)), test_size=test_size, random_state=seed, stratify=strat)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import math
+import time
 import warnings
 from typing import Any
 
 import numpy as np
-from scipy.special import expit
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression
-from sklearn.utils.extmath import softmax as sk_softmax
 
+# scikit-learn, scipy and torch are imported where a fit or an evaluation needs them: importing this module
+# (its SETTINGS, DEFAULT_PROBE, BACKENDS, FAST_COLUMNS) imports none of them
 from prism_plugin.errors import PrismError
 from prism_plugin.heads.base import ProbeOutput, Setting
 
@@ -31,17 +31,33 @@ FAST_TOL = 1e-4
 #: benchmarks/bench_grid.py)
 FAST_MIN_ROWS = 1024
 FAST_OBSERVE_ROWS = 4096
-#: fast mode's cost model on the CPU, in passes over one fit's features (measured on 2 cores, D = 1536,
-#: benchmarks/bench_grid.py, both data regimes): scikit-learn's lbfgs makes ~2 passes per iteration;
-#: the preconditioned solver ~10 per fit with the full preconditioner (a 4096-row Gram matrix and a
-#: float32 eigendecomposition, ~(0.052 rows D + 0.275 D^2) row-passes to build) and ~4 + 2/3 of
-#: lbfgs's iterations with the rank-FAST_LOW_RANK one (~68 rows row-passes to build). A
-#: preconditioner is built when its predicted saving exceeds FAST_MARGIN times its cost.
+#: fast mode's first filter on the CPU (it only says when a timed trial is worth trying, and which
+#: preconditioner to try; the choice itself is measured, see FAST_TRIAL_MARGIN), in passes over one fit's
+#: features (measured on 2 cores, D = 1536, benchmarks/bench_grid.py): scikit-learn's lbfgs makes ~2 passes
+#: per iteration; the preconditioned solver ~10 per fit with the full preconditioner (a 4096-row Gram matrix
+#: and a float32 eigendecomposition, ~(0.052 rows D + 0.275 D^2) row-passes to build) and ~4 + 2/3 of
+#: lbfgs's iterations with the rank-FAST_LOW_RANK one (~68 rows row-passes to build). A trial is made when
+#: the predicted saving exceeds FAST_MARGIN times the preconditioner's cost.
 FAST_SK_PASSES_PER_ITER = 2.0
 FAST_LOW_RANK = 4
 FAST_MARGIN = 1.5
-#: the runs.csv columns fast mode adds (what its solver did); exact and torch mode rows are unchanged
-FAST_COLUMNS = ("probe_solver", "probe_iter", "probe_grad_max", "probe_step_max", "probe_decision_bound", "probe_init")
+#: fast mode's decision, per grid: the first fit the filter passes is a timed trial of the preconditioned
+#: solver (building the grid's preconditioner, timed on its own, included), paired with the timed exact fit
+#: of the same size just before it (the same fraction's previous seed). The build is then paid (it serves
+#: every later fit), so the decision compares what is still to pay per fit: only a trial whose solve took at
+#: most 1 / FAST_TRIAL_MARGIN of the exact fit's seconds hands the grid's later fits to the preconditioned
+#: solver, else every later fit is exact mode's. Worst case: exact mode with one of its fits replaced by the
+#: trial (build + solve).
+FAST_TRIAL_MARGIN = 1.1
+#: the runs.csv columns fast mode adds (what its solver did, and why: ``probe_choice`` is ``small`` (fewer
+#: than FAST_MIN_ROWS rows), ``filter`` (the filter above saw no saving), ``timed`` (the exact fit a trial is
+#: paired with), ``trial-won`` / ``trial-lost``, or ``measured`` (after the decision); the trial's row holds
+#: the timings: the exact fit's, the whole trial's and the preconditioner build's within it); exact and torch
+#: mode rows are unchanged
+FAST_COLUMNS = ("probe_solver", "probe_iter", "probe_grad_max", "probe_step_max", "probe_decision_bound", "probe_init",
+                "probe_choice", "probe_exact_seconds", "probe_trial_seconds", "probe_build_seconds")
+#: the clock fast mode times its trial and the exact fit with (a hook: tests inject a fake one)
+_clock = time.perf_counter
 
 
 class LogisticProbe:
@@ -52,12 +68,13 @@ class LogisticProbe:
     split in chunks of 20,000 rows cast to float32, and the probabilities are derived from them exactly as
     ``predict_proba`` does.
 
-    ``backend="fast"``: the same objective, solved for speed (see :meth:`_fit_fast`): fits of at
+    ``backend="fast"``: the same objective, solved for speed where that is measured to pay (see
+    :meth:`_fit_fast`): after a timed trial that beats the timed exact fit of the same size, fits of at
     least :data:`FAST_MIN_ROWS` rows by the preconditioned L-BFGS of
     :mod:`~prism_plugin.protocol.torch_probe` to scikit-learn's own tolerance (:data:`FAST_TOL`),
     with one preconditioner for the whole grid and each fit warm-started from the previous
-    fraction's solution (:meth:`prepare_grid`); smaller fits exactly as exact mode. The rows gain
-    :data:`FAST_COLUMNS` (what the solver did).
+    fraction's solution (:meth:`prepare_grid`); every other fit exactly as exact mode. The rows gain
+    :data:`FAST_COLUMNS` (what the solver did and why).
 
     ``backend="torch"``: the same objective solved to ``max |grad| <= tol``
     (default :data:`~prism_plugin.protocol.torch_probe.DEFAULT_TOL` = 1e-8) by
@@ -87,7 +104,7 @@ class LogisticProbe:
             else:
                 tol = 1e-4
         self.tol = float(tol)
-        self.model: LogisticRegression | None = None
+        self.model = None  # the fitted sklearn LogisticRegression (exact mode's fits)
         self.torch_fit = None
         self.classes_: np.ndarray | None = None
         self.converged: bool | None = None
@@ -122,6 +139,9 @@ class LogisticProbe:
             return self._fit_torch(X, y)
         if self.backend == "fast":
             return self._fit_fast(X, y)
+        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.linear_model import LogisticRegression
+
         self.model = LogisticRegression(C=self.C, max_iter=self.max_iter, tol=self.tol, random_state=self.seed)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConvergenceWarning)
@@ -130,54 +150,96 @@ class LogisticProbe:
         return self
 
     def _fit_fast(self, X: np.ndarray, y: np.ndarray) -> "LogisticProbe":
-        """Fast mode: the cheaper of two solvers of the same objective, chosen per fit.
+        """Fast mode: per grid, the solver measured to be faster on these data.
 
-        * scikit-learn lbfgs exactly as exact mode (same settings, same result) until :meth:`_preconditioner_rank`
-          says a preconditioned solver repays its set-up on the fits still to come (so always, for a fit outside a
-          grid on the CPU);
-        * from then on the preconditioned L-BFGS of :mod:`~prism_plugin.protocol.torch_probe`, stopped at ``max
-          |grad| <= tol`` (scikit-learn's own criterion and scaling, default :data:`FAST_TOL`), its preconditioner
-          estimated once per grid on the whole training split, each fit started from the solution of the previous
-          fit of the same seed (the next smaller fraction: the grid runs fractions ascending) or else the last fit.
+        * scikit-learn lbfgs exactly as exact mode (same settings, same result), timed, until the filter
+          :meth:`_preconditioner_rank` says the preconditioned solver might repay its set-up on the fits still to
+          come and an exact fit of the same size has been timed in this grid (else this fit is that one:
+          ``probe_choice`` ``timed``);
+        * then one **trial**: the preconditioned L-BFGS of :mod:`~prism_plugin.protocol.torch_probe`, timed with
+          building its preconditioner (estimated once per grid on the whole training split), stopped at ``max
+          |grad| <= tol`` (scikit-learn's own criterion and scaling, default :data:`FAST_TOL`), started from the
+          solution of the previous fit of the same seed (the next smaller fraction: the grid runs fractions
+          ascending) or else the last fit. The trial's result is this run's;
+        * the decision: the grid's later fits are the preconditioned solver's when the trial took at most
+          ``1 / FAST_TRIAL_MARGIN`` of the exact fit's seconds, else exact mode's. The trial's row records both
+          timings (``probe_exact_seconds``, ``probe_trial_seconds``); :func:`fast_mode_record` reads them back.
         """
-        from prism_plugin.protocol.torch_probe import SharedMoment, fit_logistic, resolve_device
-
         state, train, key = self._grid if self._grid is not None else ({}, None, None)
         self._fast_coef, self.torch_fit = None, None
         classes, y_enc = np.unique(np.asarray(y), return_inverse=True)
         if len(classes) < 2:
             raise PrismError(f"the probe needs at least two classes in its training subset, got {classes.tolist()}")
         self.classes_ = classes
+        n = len(y)
+        decision = state.get("decision")  # None (undecided), "preconditioned" or "exact"
+        if n < FAST_MIN_ROWS:
+            return self._fit_fast_exact(X, y, classes, state, train, key, "small")
+        if decision == "preconditioned":
+            return self._fit_preconditioned(X, y_enc, classes, state, train, key, state.get("rank"), "measured")
+        if decision == "exact":
+            return self._fit_fast_exact(X, y, classes, state, train, key, "measured")
+        rank = self._preconditioner_rank(state, train, key, X)
+        if rank is False:
+            return self._fit_fast_exact(X, y, classes, state, train, key, "filter")
+        timed = state.get("exact_timing")  # (rows, seconds, run) of this grid's last exact fit
+        if timed is None or timed[0] != n:
+            return self._fit_fast_exact(X, y, classes, state, train, key, "timed")
+        t0 = _clock()
+        self._fit_preconditioned(X, y_enc, classes, state, train, key, rank, "trial")
+        trial = _clock() - t0
+        build = min(trial, float(state.get("build_seconds", 0.0)))
+        won = (trial - build) * FAST_TRIAL_MARGIN <= timed[1]
+        state["decision"] = "preconditioned" if won else "exact"
+        self._stats.update(probe_choice="trial-won" if won else "trial-lost", probe_exact_seconds=float(timed[1]),
+                           probe_trial_seconds=float(trial), probe_build_seconds=build)
+        return self
+
+    def _fit_fast_exact(self, X, y, classes, state: dict, train, key, choice: str) -> "LogisticProbe":
+        """One fast-mode fit exactly as exact mode (fit and decision values), timed for the trial's pairing."""
+        self.backend = "sklearn"
+        try:
+            t0 = _clock()
+            self.fit(X, y)
+            seconds = _clock() - t0
+        finally:
+            self.backend = "fast"
+        n_iter = int(np.max(self.model.n_iter_))
+        label = key.id if key is not None else "fit"
+        state["exact_timing"] = (len(y), seconds, label)
+        if len(y) >= _observe_rows(train, X):  # what lbfgs costs on these data: the filter uses it
+            state["observed"] = (len(y), n_iter)
+        theta = np.concatenate([self.model.coef_, self.model.intercept_[:, None]], axis=1).astype(np.float64)
+        entry = (label, theta, classes)
+        state.setdefault("warm", {})[key.seed if key is not None else self.seed] = state["last"] = entry
+        self._stats = {"probe_solver": "sklearn-lbfgs", "probe_iter": n_iter,
+                       "probe_grad_max": float("nan"), "probe_step_max": float("nan"),
+                       "probe_decision_bound": float("nan"), "probe_init": "zero", "probe_choice": choice,
+                       "probe_exact_seconds": float("nan"), "probe_trial_seconds": float("nan"),
+                       "probe_build_seconds": float("nan")}
+        return self
+
+    def _fit_preconditioned(self, X, y_enc, classes, state: dict, train, key, rank, choice: str) -> "LogisticProbe":
+        """One fast-mode fit by the preconditioned L-BFGS (building the grid's preconditioner when none is)."""
+        from prism_plugin.protocol.torch_probe import SharedMoment, fit_logistic, resolve_device
+
         source = train.X if train is not None else X
-        if "moment" not in state:
-            state["rank"] = self._preconditioner_rank(state, train, key, X)
-        if "moment" not in state and state["rank"] is False:
-            self.backend = "sklearn"  # exactly exact mode for this fit (fit and decision values)
-            try:
-                self.fit(X, y)
-            finally:
-                self.backend = "fast"
-            n_iter = int(np.max(self.model.n_iter_))
-            if len(y) >= _observe_rows(train, X):  # what lbfgs costs on these data: the next fits' choice uses it
-                state["observed"] = (len(y), n_iter)
-            theta = np.concatenate([self.model.coef_, self.model.intercept_[:, None]], axis=1).astype(np.float64)
-            entry = (key.id if key is not None else "fit", theta, classes)
-            state.setdefault("warm", {})[key.seed if key is not None else self.seed] = state["last"] = entry
-            self._stats = {"probe_solver": "sklearn-lbfgs", "probe_iter": n_iter,
-                           "probe_grad_max": float("nan"), "probe_step_max": float("nan"),
-                           "probe_decision_bound": float("nan"), "probe_init": "zero"}
-            return self
         moment = state.get("moment")
         if moment is None:
             try:
                 dev = resolve_device(self.device)
             except ValueError as exc:
                 raise PrismError(f"probe.backend fast: {exc}") from None
-            moment = state["moment"] = SharedMoment(source, device=dev, rank=state["rank"])
+            t0 = _clock()
+            state["rank"] = rank
+            moment = state["moment"] = SharedMoment(source, device=dev, rank=rank)
+            state["build_seconds"] = _clock() - t0
         if "row_norm_max" not in state:  # for the certificate: one pass over the split, once per grid
+            t0 = _clock()
             state["row_norm_max"] = max((float(np.sqrt(np.einsum("ij,ij->i", c, c).max()))
                                          for c in (np.asarray(source[a:a + PREDICT_CHUNK], dtype=np.float32)
                                                    for a in range(0, source.shape[0], PREDICT_CHUNK))), default=0.0)
+            state["build_seconds"] = state.get("build_seconds", 0.0) + _clock() - t0
         warm = state.setdefault("warm", {})
         seed = key.seed if key is not None else self.seed
         init_from = warm.get(seed) or state.get("last")
@@ -200,7 +262,9 @@ class LogisticProbe:
         self._stats = {"probe_solver": "lbfgs-preconditioned", "probe_iter": int(fit.n_iter),
                        "probe_grad_max": float(fit.grad_max), "probe_step_max": float(fit.step_max),
                        "probe_decision_bound": float(fit.decision_bound),
-                       "probe_init": f"warm:{init_from[0]}" if init is not None else "zero"}
+                       "probe_init": f"warm:{init_from[0]}" if init is not None else "zero", "probe_choice": choice,
+                       "probe_exact_seconds": float("nan"), "probe_trial_seconds": float("nan"),
+                       "probe_build_seconds": float("nan")}
         return self
 
     def _fit_torch(self, X: np.ndarray, y: np.ndarray) -> "LogisticProbe":
@@ -219,11 +283,11 @@ class LogisticProbe:
         return self
 
     def _preconditioner_rank(self, state: dict, train, key, X: np.ndarray):
-        """Fast mode's per-fit choice: ``False`` (scikit-learn lbfgs for this fit), ``None`` (build the full shared
-        preconditioner) or :data:`FAST_LOW_RANK` (build the cheap low-rank one); a built one serves every later fit
-        of the grid.
+        """Fast mode's first filter, before the timed trial: ``False`` (no trial yet: scikit-learn lbfgs for this
+        fit), ``None`` (a trial with the full shared preconditioner) or :data:`FAST_LOW_RANK` (with the cheap
+        low-rank one). The decision itself is the trial's timing (:meth:`_fit_fast`).
 
-        On a GPU: the full one for fits of at least :data:`FAST_MIN_ROWS` rows. On the CPU the choice waits for one
+        On a GPU: the full one for fits of at least :data:`FAST_MIN_ROWS` rows. On the CPU the filter waits for one
         scikit-learn fit of at least ``min(FAST_OBSERVE_ROWS, n_train / 8)`` rows (lbfgs's iteration count there
         says what lbfgs costs on these data), then predicts each option's saving on the fits still to come from the
         cost model above and takes the larger, if positive. Outside a grid the only fit to come is this one.
@@ -285,6 +349,9 @@ class LogisticProbe:
                 chunk = np.asarray(X[start:start + PREDICT_CHUNK], dtype=np.float32)
                 parts.append(self.model.decision_function(chunk))
             decision = np.concatenate(parts) if parts else np.zeros((0,))
+        from scipy.special import expit
+        from sklearn.utils.extmath import softmax as sk_softmax
+
         if decision.ndim == 1:
             p1 = expit(decision)
             proba = np.stack([1 - p1, p1], axis=1)
@@ -298,26 +365,106 @@ class LogisticProbe:
 FAST_MEASURED_AGREEMENT = {"auroc": 1e-3, "ece_fixed": 1.5e-2, "ece_scaled_fixed": 5e-3, "temperature": 0.08}
 
 
+def _records(rows) -> list[dict]:
+    return rows.to_dict(orient="records") if hasattr(rows, "to_dict") else list(rows)
+
+
+def _finite(value) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _run_of(r: dict) -> str:
+    rid = r.get("run_id")
+    if isinstance(rid, str) and rid:
+        return rid
+    return f"f{float(r['fraction']):g}-s{int(r['seed'])}"
+
+
+def fast_mode_record(rows) -> dict | None:
+    """What fast mode decided, per grid, as ``summary.json`` holds it (``fast_mode``); ``None`` without fast runs.
+
+    Read back from the runs' own columns (so a resumed folder says what its saved runs did): per unit of the
+    grid (split seed, probe) the timed trial (``probe_choice`` ``trial-won`` / ``trial-lost``): its run, its
+    size, both timings in seconds, the run of the exact fit it was paired with, the decision and its reason;
+    and how many runs each solver fitted.
+    """
+    records = _records(rows)
+    fast = [r for r in records if r.get("probe_backend") == "fast"]
+    if not fast:
+        return None
+    units: dict[tuple, list[dict]] = {}
+    for r in fast:
+        units.setdefault((str(r.get("split_seed", "")), str(r.get("probe", ""))), []).append(r)
+    decisions = []
+    for unit_rows in units.values():
+        exact_before: dict[int, dict] = {}
+        for r in unit_rows:
+            choice = str(r.get("probe_choice", ""))
+            if choice.startswith("trial-"):
+                n = int(r["n_train"])
+                exact_s, trial_s = _finite(r.get("probe_exact_seconds")), _finite(r.get("probe_trial_seconds"))
+                build_s = _finite(r.get("probe_build_seconds")) or 0.0
+                won = choice == "trial-won"
+                solve_s = trial_s - build_s if trial_s is not None else None
+                ratio = exact_s / solve_s if exact_s is not None and solve_s else None
+                pair = exact_before.get(n)
+                decisions.append({
+                    "decision": "preconditioned" if won else "exact",
+                    "trial_run": _run_of(r), "exact_run": _run_of(pair) if pair is not None else None,
+                    "rows": n, "exact_seconds": exact_s, "trial_seconds": trial_s, "build_seconds": build_s,
+                    "solve_seconds": solve_s, "exact_over_solve": round(ratio, 3) if ratio is not None else None,
+                    "reason": (f"the timed trial took {trial_s:.3g} s ({build_s:.3g} s building the grid's "
+                               f"preconditioner, {solve_s:.3g} s solving) against the exact fit's {exact_s:.3g} s on "
+                               f"{n} rows: its solve was " + ("" if won else "not ") + f"faster by at least "
+                               f"{FAST_TRIAL_MARGIN:g}x, so "
+                               + ("the grid's later fits are the preconditioned solver's" if won else
+                                  "every later fit of the grid is exact mode's")) if ratio is not None else
+                    "the trial's timings are missing"})
+            elif r.get("probe_solver") == "sklearn-lbfgs" and r.get("n_train") is not None:
+                exact_before[int(r["n_train"])] = r
+    solvers: dict[str, int] = {}
+    for r in fast:
+        solvers[str(r.get("probe_solver"))] = solvers.get(str(r.get("probe_solver")), 0) + 1
+    out: dict[str, Any] = {"trial_margin": FAST_TRIAL_MARGIN, "decisions": decisions, "runs_by_solver": solvers}
+    if not decisions:
+        out["reason"] = ("no timed trial: no fit of at least FAST_MIN_ROWS rows with a timed exact fit of the same "
+                         "size before it passed the filter (or every such run was reused); every fit exactly as "
+                         "exact mode")
+    out["note"] = fast_mode_note(fast)
+    return out
+
+
 def fast_mode_note(rows) -> str | None:
     """The qualifier a summary or console line carries when runs came from the fast solver, else None.
 
     ``rows``: a runs table (DataFrame) or a list of row dicts.
     """
-    records = rows.to_dict(orient="records") if hasattr(rows, "to_dict") else list(rows)
+    records = _records(rows)
     fast = [r for r in records if r.get("probe_backend") == "fast"]
     if not fast:
         return None
     pc = [r for r in fast if r.get("probe_solver") == "lbfgs-preconditioned"]
+    trials = [r for r in fast if str(r.get("probe_choice", "")).startswith("trial-")]
+    timing = "; ".join(
+        f"trial {_run_of(r)} {_finite(r.get('probe_trial_seconds')) or float('nan'):.3g} s (build "
+        f"{_finite(r.get('probe_build_seconds')) or 0.0:.3g} s) vs exact "
+        f"{_finite(r.get('probe_exact_seconds')) or float('nan'):.3g} s on {int(r['n_train'])} rows: "
+        + ("preconditioned after it" if r["probe_choice"] == "trial-won" else "exact after it") for r in trials)
+    decided = f" (chosen by timing: {timing})" if timing else ""
     a = FAST_MEASURED_AGREEMENT
     if not pc:
         return (f"probe.backend fast: all {len(fast)} runs fitted by scikit-learn lbfgs exactly as exact mode "
-                "(the preconditioned solver would not have paid here)")
+                f"(no timed trial of the preconditioned solver was worth making){decided}")
     grads = [float(r["probe_grad_max"]) for r in pc if r.get("probe_grad_max") is not None]
     worst = max(grads) if grads else float("nan")
     return (f"numbers from the fast solver (probe.backend fast): {len(pc)} of {len(fast)} runs fitted by preconditioned "
             f"L-BFGS stopped at max |grad| <= {worst:.1e} (scikit-learn's criterion, tol {FAST_TOL:g}), the rest "
-            f"exactly as exact mode; on the benchmark's data within {a['auroc']:g} AUROC, {a['ece_fixed']:g} ECE, "
-            f"{a['temperature']:g} T of exact, which is itself as far from the optimum")
+            f"exactly as exact mode{decided}; on the benchmark's data within {a['auroc']:g} AUROC, "
+            f"{a['ece_fixed']:g} ECE, {a['temperature']:g} T of exact, which is itself as far from the optimum")
 
 
 def _observe_rows(train, X: np.ndarray) -> int:

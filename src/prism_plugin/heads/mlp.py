@@ -43,7 +43,6 @@ import os
 from typing import Any
 
 import numpy as np
-from scipy.special import expit
 
 from prism_plugin.errors import PrismError, suggest
 from prism_plugin.heads.base import ProbeOutput, Setting
@@ -265,6 +264,7 @@ class MLPProbe:
         return parts
 
     def evaluate(self, X: np.ndarray) -> ProbeOutput:
+        from scipy.special import expit
         decision = self.decision_values(X)
         if decision.ndim == 1:
             p1 = expit(decision)

@@ -49,13 +49,12 @@ when a task switches to one of these heads (``--probe knn1`` works on any task).
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, TYPE_CHECKING
 
 import numpy as np
-from scipy.special import expit
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.metrics import pairwise_distances_chunked
-from sklearn.svm import LinearSVC
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    from sklearn.svm import LinearSVC
 
 from prism_plugin.heads.base import ProbeOutput, Setting
 from prism_plugin.heads.logistic import LogisticProbe
@@ -92,6 +91,7 @@ class Standardiser:
 
 
 def _binary_output(d: np.ndarray) -> ProbeOutput:
+    from scipy.special import expit
     p1 = expit(d)
     return ProbeOutput(decision=d, proba=np.column_stack([1.0 - p1, p1]))
 
@@ -167,6 +167,8 @@ class LinearSVMHead(_Base):
         self.model: LinearSVC | None = None
 
     def fit(self, X, y):
+        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.svm import LinearSVC
         Z, y = self._fit_scaler(X, y)
         self.model = LinearSVC(C=self.C, max_iter=self.max_iter, tol=self.tol, random_state=self.seed)
         with warnings.catch_warnings(record=True) as caught:
@@ -199,6 +201,7 @@ class OneNNHead(_Base):
         return self
 
     def class_distances(self, Z: np.ndarray) -> np.ndarray:
+        from sklearn.metrics import pairwise_distances_chunked
         out = np.full((Z.shape[0], self.n_classes), np.inf)
         start = 0
         for block in pairwise_distances_chunked(Z, self.train, metric="euclidean", n_jobs=1):

@@ -19,8 +19,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy.special import expit
-from sklearn.metrics import brier_score_loss, f1_score, roc_auc_score
 
 from prism_plugin.protocol.temperature import EPS_LOG  # the log floor of every NLL
 
@@ -83,6 +81,7 @@ def predictions(proba: np.ndarray) -> np.ndarray:
 
 def auroc(y: np.ndarray, proba: np.ndarray) -> float:
     """Binary AUROC of p(y=1) for K = 2, macro one-vs-rest for K > 2; NaN if undefined."""
+    from sklearn.metrics import roc_auc_score
     proba = np.asarray(proba)
     try:
         with warnings.catch_warnings():
@@ -96,11 +95,13 @@ def auroc(y: np.ndarray, proba: np.ndarray) -> float:
 
 def f1_macro(y: np.ndarray, pred: np.ndarray) -> float:
     """Macro-F1 over the union of observed true and predicted classes (zero_division = 0)."""
+    from sklearn.metrics import f1_score
     return float(f1_score(y, pred, average="macro", zero_division=0))
 
 
 def f1_binary(y: np.ndarray, pred: np.ndarray, n_classes: int) -> float:
     """F1 of class 1 for binary problems; NaN for K > 2."""
+    from sklearn.metrics import f1_score
     if n_classes != 2:
         return float("nan")
     return float(f1_score(y, pred, zero_division=0))
@@ -108,6 +109,7 @@ def f1_binary(y: np.ndarray, pred: np.ndarray, n_classes: int) -> float:
 
 def brier(y: np.ndarray, proba: np.ndarray) -> float:
     """Brier score of p(y=1) for binary problems; NaN for K > 2 (reference schema)."""
+    from sklearn.metrics import brier_score_loss
     proba = np.asarray(proba)
     if proba.shape[1] != 2:
         return float("nan")
@@ -194,5 +196,6 @@ def degeneracy_share(pred: np.ndarray, n_classes: int) -> float:
 
 def binary_proba_from_decision(d: np.ndarray) -> np.ndarray:
     """``[1 - sigmoid(d), sigmoid(d)]``, exactly as scikit-learn's binary predict_proba."""
+    from scipy.special import expit
     p1 = expit(np.asarray(d, dtype=np.float64))
     return np.column_stack([1.0 - p1, p1])

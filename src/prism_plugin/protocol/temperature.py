@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from prism_plugin.contracts import T_BOUNDS
 
@@ -31,6 +30,7 @@ def fit_temperature(
     split. With the reference binary logit convention ``[-d, d]`` the neutral temperature is 2, and the search box
     [0.1, 10] is [0.05, 5] on the natural sigmoid scale.
     """
+    from scipy.optimize import minimize_scalar
     logits = np.asarray(logits, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.int64)
     if logits.ndim != 2 or len(labels) != logits.shape[0] or len(labels) == 0:

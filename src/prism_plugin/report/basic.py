@@ -11,8 +11,12 @@ reason, in ``not_shown``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.report import cell_figures, plots
@@ -31,6 +35,7 @@ from prism_plugin.report.verdict_section import verdict_section
 
 
 def overview(ctx: SectionContext) -> ReportSection:
+    import pandas as pd
     sec = ReportSection("Overview", "", order=1, key="overview", summary="what was evaluated, how to read")
     cells = ctx.cells
     if cells is None or cells.empty:
@@ -135,6 +140,7 @@ def _no_cells_text(ctx: SectionContext) -> str:
 
 # --------------------------------------------------------------------------- discrimination
 def discrimination(ctx: SectionContext) -> ReportSection:
+    import pandas as pd
     sec = ReportSection("Discrimination vs label fraction", "", order=10, key="discrimination",
                         summary="AUROC and macro-F1 with seed bands")
     body = ["AUROC (ranking quality) and macro-F1 (decisions at the arg-max) as the share of training labels "
@@ -354,6 +360,7 @@ def collapse(ctx: SectionContext) -> ReportSection:
 def rank_points(cells: pd.DataFrame, min_models: int = 3) -> pd.DataFrame:
     """Within-dataset ranks of seed-mean AUROC (descending) and scaled ECE (ascending), average ranks for ties;
     (dataset, fraction) groups with fewer than ``min_models`` models with both values are left out."""
+    import pandas as pd
     rows = []
     ok = cells.loc[cells["auroc_mean"].notna() & cells["ece_scaled_fixed_mean"].notna()]
     for (setting, f), g in ok.groupby(["setting", "fraction"], sort=False):
@@ -426,6 +433,7 @@ def metrics_table(ctx: SectionContext) -> ReportSection:
 
 # --------------------------------------------------------------------------- per-cell table
 def cell_table(ctx: SectionContext) -> ReportSection:
+    import pandas as pd
     sec = ReportSection("Results by label fraction", "", order=90, key="cells", summary="seed mean ± std per cell")
     cells = ctx.cells
     if cells is None or cells.empty:

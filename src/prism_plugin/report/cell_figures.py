@@ -4,12 +4,14 @@ palette and layout helpers are :mod:`prism_plugin.report.plots`'."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
 import math
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.report import plots
 
@@ -121,6 +123,7 @@ def reliability_grid(groups: Sequence[dict[str, Any]]) -> bytes:
 # --------------------------------------------------------------------------- collapse
 def collapse_heatmap(cells: pd.DataFrame, *, title: str = "") -> bytes:
     """Share of seeds whose probe collapsed, per (model · setting) row and fraction column."""
+    import pandas as pd
     from matplotlib.colors import LinearSegmentedColormap
 
     data = cells.copy()

@@ -19,10 +19,12 @@ class-1 reliability of the "Reliability diagrams" section).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.metrics.classwise import FEW_SAMPLES, load_classwise
@@ -74,6 +76,7 @@ def pool(parts: list[dict[str, Any]]) -> dict[str, np.ndarray] | None:
 
 def class_table(entries: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per (model, setting, table, fraction, class): support, seed-mean ECE raw / scaled."""
+    import pandas as pd
     rows: list[dict[str, Any]] = []
     groups: dict[tuple, list[dict]] = {}
     for e in entries:
@@ -171,6 +174,7 @@ def _n_text(row) -> str:
 
 
 def classwise_section(view) -> ReportSection | None:
+    import pandas as pd
     from prism_plugin.report.markdown import pipe_table
     from prism_plugin.report.verdict_rows import pct, setting_label
 
@@ -286,6 +290,7 @@ def classwise_section(view) -> ReportSection | None:
 
 
 def _binary_settings(runs: pd.DataFrame) -> list[str]:
+    import pandas as pd
     from prism_plugin.report.verdict_rows import setting_label
 
     if "n_classes" not in runs.columns:

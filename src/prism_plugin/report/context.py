@@ -5,9 +5,10 @@ test-set CIs) and small helpers."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.report import plots
 from prism_plugin.report.derived import label_definition_bands_apply, report_kinds, transfer_tables
@@ -133,6 +134,7 @@ def ci_words(ctx: SectionContext) -> str:
 
 
 def sweep_run_count(ctx: SectionContext) -> int:
+    import pandas as pd
     from prism_plugin.results import runs_files
 
     n = 0
@@ -147,6 +149,7 @@ def sweep_run_count(ctx: SectionContext) -> int:
 
 def ci_text(lo: float, hi: float, digits: int = 3) -> str:
     """`` [lo, hi]`` of a test-set CI, empty when not measured."""
+    import pandas as pd
     if lo is None or hi is None or pd.isna(lo) or pd.isna(hi):
         return ""
     return f" [{lo:.{digits}f}, {hi:.{digits}f}]"

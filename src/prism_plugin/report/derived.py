@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.contracts import T_BOUNDS
 from prism_plugin.quality import NLL_ATOL, NLL_RTOL, as_bool, bound_side
@@ -146,6 +148,7 @@ def band_metrics(options: Mapping[str, Any] | None = None, host=None) -> tuple[s
 
 def setting_values(df: pd.DataFrame, key: str) -> pd.Series:
     """The setting label of each row: dataset / pair as is, hospital as ``h<k>``."""
+    import pandas as pd
     if key == "hospital":
         return df[key].map(lambda h: f"h{int(h)}" if pd.notna(h) else "")
     if key == "pair" and "pair" not in df.columns:
@@ -154,6 +157,7 @@ def setting_values(df: pd.DataFrame, key: str) -> pd.Series:
 
 
 def _n_classes(df: pd.DataFrame, kind: TableKind) -> pd.Series:
+    import pandas as pd
     if "n_classes" in df.columns:
         return pd.to_numeric(df["n_classes"], errors="coerce")
     if kind.binary:
@@ -180,6 +184,7 @@ def fewshot_ks(df: pd.DataFrame) -> list[int]:
 def _long(tables: RunTables, bands: tuple[str, ...] = VERDICT_BAND_COLUMNS,
           kinds: Mapping[str, TableKind] | None = None) -> pd.DataFrame:
     """All per-run rows in one frame with table / setting / temperature columns unified."""
+    import pandas as pd
     parts = []
     for table, kind in (report_kinds() if kinds is None else kinds).items():
         key, tcol, transfer = kind.setting, kind.temperature, kind.transfer
@@ -230,6 +235,7 @@ def report_cells(tables: RunTables, *, binary_logits: str = "symmetric",
     """The ``report_cells`` table (see the module docstring). Rows: tables in report order
     (:func:`report_kinds`), then model / setting in order of first appearance, fraction ascending.
     ``t_bounds``: the temperature search box the runs used."""
+    import pandas as pd
     kinds = report_kinds() if kinds is None else kinds
     long = _long(tables, bands, kinds)
     if long.empty:
@@ -304,6 +310,7 @@ def scaling_delta_ci(cells: pd.DataFrame) -> pd.DataFrame:
 def _quality_counts(long: pd.DataFrame, g, t_bounds: tuple[float, float]) -> pd.DataFrame:
     """Per cell: runs whose probe did not converge, whose temperature is at a search bound (low /
     high), whose test NLL rose after scaling, and whose test split has one class (NaN: not recorded)."""
+    import pandas as pd
     bounds = tuple(float(b) for b in t_bounds)
     t = long["temperature"]
     side = t.map(lambda v: bound_side(v, bounds)).where(t.notna())
@@ -324,6 +331,7 @@ def fewshot_temperature(tables: RunTables, *, tolerance: float = FEWSHOT_TOLERAN
                         kinds: Mapping[str, TableKind] | None = None) -> pd.DataFrame:
     """The ``fewshot_temperature`` table (long: one row per K); empty when no
     transfer table has few-shot columns and an oracle ECE."""
+    import pandas as pd
     rows = []
     kinds = report_kinds() if kinds is None else kinds
     long = _long(tables, kinds=kinds)
@@ -378,6 +386,7 @@ def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None,
       (``low``, ``high``, ``low+high``: the table's temperature within 0.001 of a search bound),
       ``nll_worse_cells`` / ``_fractions`` (test NLL after scaling above the raw NLL).
     """
+    import pandas as pd
     rows = []
     extra = [f"{m}_{end}" for m in bands if m not in VERDICT_BAND_COLUMNS for end in ("lo", "hi")]
     columns = SETTINGS_COLUMNS[:SETTINGS_COLUMNS.index("collapsed_cells")] + extra + \
@@ -440,6 +449,7 @@ def report_settings(cells: pd.DataFrame, fewshot: pd.DataFrame | None = None,
 
 
 def _col(g: pd.DataFrame, column: str) -> pd.Series:
+    import pandas as pd
     return pd.to_numeric(g[column], errors="coerce") if column in g.columns else pd.Series(np.nan, index=g.index)
 
 
@@ -450,6 +460,7 @@ def _uncertainty_settings(g: pd.DataFrame, transfer: bool) -> dict[str, Any]:
     bounds), ``scaling_ci_cells`` (cells with a CI of scaled − raw ECE), ``scaling_unsure_cells`` / ``_fractions``
     (cells where scaling lowered the seed-mean ECE but that CI includes zero) and
     ``scaling_not_helping_unsure_cells`` (cells where it did not, with a CI including zero)."""
+    import pandas as pd
     hi = g.iloc[-1]
     out: dict[str, Any] = {}
     n = _col(g, "n_test_min_class")
@@ -488,6 +499,7 @@ def _count_cells(g: pd.DataFrame, column: str) -> tuple[float, str]:
 
 def _quality_settings(g: pd.DataFrame) -> dict[str, Any]:
     """The quality columns of one setting (see :func:`report_settings`)."""
+    import pandas as pd
     out: dict[str, Any] = {}
     out["degenerate_cells"] = _count_cells(g, "degenerate_runs")[0]
     signals = set(g["collapse_signal"]) - {""} if "collapse_signal" in g.columns else set()

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.report.sections import ReportSection
@@ -82,6 +84,7 @@ def _md_table(df: pd.DataFrame, columns: list[tuple[str, str]], digits: int = 3,
 
 
 def _runs(view) -> pd.DataFrame:
+    import pandas as pd
     from prism_plugin.summaries.probe_sensitivity import load_runs
 
     try:
@@ -94,6 +97,7 @@ def _runs(view) -> pd.DataFrame:
 
 
 def _chosen_fraction(runs: pd.DataFrame) -> float | None:
+    import pandas as pd
     if runs.empty or "fraction" not in runs.columns:
         return None
     fr = sorted(float(f) for f in pd.unique(runs["fraction"].dropna()))
@@ -282,6 +286,7 @@ def radar_figure(data: pd.DataFrame, axes: list[str], fraction: float) -> bytes:
 
 # --------------------------------------------------------------------------- geometry section
 def _precomputed_alignment(view) -> dict[str, pd.DataFrame]:
+    import pandas as pd
     out: dict[str, pd.DataFrame] = {}
     for folder in (Path(view.path) / "geometry", Path(view.path)):
         for f in sorted(folder.glob(ALIGNMENT_GLOB)) if folder.is_dir() else []:
@@ -303,6 +308,7 @@ def _precomputed_alignment(view) -> dict[str, pd.DataFrame]:
 
 def geometry_section(view, runs: pd.DataFrame | None = None) -> ReportSection | None:
     """``runs``: as in :func:`sensitivity_section`."""
+    import pandas as pd
     from prism_plugin.summaries import geometry as geo
 
     runs = _runs(view) if runs is None else runs

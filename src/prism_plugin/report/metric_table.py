@@ -10,10 +10,12 @@ without any change to the report.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.report.derived import report_kinds, setting_values, table_label
 from prism_plugin.report.markdown import pipe_table
@@ -44,6 +46,7 @@ def metric_cells(run_tables, described: Iterable[Any], kinds=None) -> pd.DataFra
     NaN); ``n_runs`` counts the runs with a value. Rows: table kinds in report order, then model / setting in order
     of first appearance, fraction ascending, metrics in registration order.
     """
+    import pandas as pd
     described = list(described)
     rows: list[dict[str, Any]] = []
     if run_tables is None:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import io
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 #: Okabe-Ito (colour-blind safe), then a few more distinct colours.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
@@ -148,7 +150,6 @@ def style():
     import matplotlib
 
     return matplotlib.rc_context(_rc())
-
 
 
 def model_colors(models: Iterable[str]) -> dict[str, str]:

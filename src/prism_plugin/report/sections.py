@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-import pandas as pd
 
 from prism_plugin.contracts import ReportSection, ReportView
 from prism_plugin.metrics.descriptions import described_metrics
@@ -24,6 +23,7 @@ def read_view(path: str | Path, host, *, sources: Iterable[str | Path] = (), **f
     (default ``path``; a reference view without any: its per-run tables), the verified
     ``summary.json`` of ``path`` and of each source, and the metric descriptions of ``host``
     (unless ``metrics`` is given). ``fields``: the other fields of :class:`ReportView`."""
+    import pandas as pd
     view = ReportView(Path(path), sources=tuple(sources), **fields)
     frames = [read_runs(f) for f in runs_files(view.sources)]
     if not frames and view.run_tables is not None:

@@ -3,7 +3,6 @@ reliability index, the headline numbers beside the PRISM paper's)."""
 
 from __future__ import annotations
 
-import pandas as pd
 
 from prism_plugin.report import cell_figures, plots
 from prism_plugin.report.context import SectionContext, banded
@@ -75,8 +74,13 @@ def transfer(ctx: SectionContext) -> ReportSection:
     return sec
 
 
+def _percent(v) -> str:
+    import pandas as pd
+    return "–" if pd.isna(v) else f"{float(v):g} %"
+
+
 #: Columns of the PROTOCOL §6 tables that hold a percentage (printed with its unit).
-PERCENT_COLUMNS = {"rate": lambda v: "–" if pd.isna(v) else f"{float(v):g} %"}
+PERCENT_COLUMNS = {"rate": _percent}
 
 
 def cri(ctx: SectionContext) -> ReportSection:
@@ -153,6 +157,7 @@ def _headline_value(ctx: SectionContext, key: str, kind: str) -> str | None:
 
 
 def findings(ctx: SectionContext) -> ReportSection:
+    import pandas as pd
     sec = ReportSection("Findings: headline numbers", "", order=80, key="findings",
                         summary="the paper's four findings on these runs")
     rows = []

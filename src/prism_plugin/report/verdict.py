@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.registrars import TableKind
 from prism_plugin.report.derived import FEWSHOT_TOLERANCE, report_kinds
@@ -290,6 +291,7 @@ FEW_SAMPLE_TOPICS = ("scaling", "transfer", "fewshot", "collapse")
 def _few_sample_caution(rows: list[dict], settings: pd.DataFrame) -> None:
     """A ✅ line of :data:`FEW_SAMPLE_TOPICS` about a setting with few test samples of a class is
     no plain success: it becomes a caution that says so (in place)."""
+    import pandas as pd
     from prism_plugin.report.derived import FEW_TEST_SAMPLES
 
     if "n_test_min_class" not in settings.columns:
@@ -314,6 +316,7 @@ def _few_sample_caution(rows: list[dict], settings: pd.DataFrame) -> None:
 
 def _plugin_metrics(model: str, cells: pd.DataFrame, kind_of) -> list[dict]:
     """One line per (table, setting, metric) of a third-party metric with a direction: its best fraction."""
+    import pandas as pd
     from prism_plugin.plugins import BUILTIN_ORIGIN
 
     out: list[dict] = []
@@ -410,6 +413,7 @@ def build_verdict(settings: pd.DataFrame | None, *, tolerance: float = FEWSHOT_T
     third-party metric and setting citing its best fraction; with ``flags`` (the ``summary.json``
     flags of the results, each with ``model`` and ``task``), one line per data check. ``kinds``: the
     table kinds (default: the shared host's, :func:`~prism_plugin.report.derived.report_kinds`)."""
+    import pandas as pd
     rows: list[dict] = []
     if settings is None or settings.empty:
         return pd.DataFrame(columns=VERDICT_COLUMNS)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.registrars import TableKind
 from prism_plugin.report.derived import UNDECLARED_LABEL
@@ -101,6 +103,7 @@ def ci_range(lo: Any, hi: Any, digits: int = 3) -> str:
 
 
 def select_rows(table: pd.DataFrame, where: Mapping[str, Any]) -> pd.DataFrame:
+    import pandas as pd
     mask = pd.Series(True, index=table.index)
     for col, val in where.items():
         values = val if isinstance(val, list) else [val]
@@ -110,6 +113,7 @@ def select_rows(table: pd.DataFrame, where: Mapping[str, Any]) -> pd.DataFrame:
 
 def evidence_value(table: pd.DataFrame, where: Mapping[str, Any], column: str, agg: str) -> float:
     """Recompute a verdict value from the table it cites."""
+    import pandas as pd
     rows = select_rows(table, where)
     col = pd.to_numeric(rows[column], errors="coerce")
     if agg == "value":

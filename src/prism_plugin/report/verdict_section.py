@@ -6,8 +6,10 @@ from __future__ import annotations
 import html
 import json
 import math
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.report.context import SectionContext
 from prism_plugin.report.derived import FEWSHOT_TOLERANCE, report_kinds, transfer_tables

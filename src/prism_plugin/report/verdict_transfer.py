@@ -5,9 +5,12 @@ labelled target samples the few-shot temperature needs."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.registrars import TableKind
 from prism_plugin.report.derived import TRANSFER_ZONE
@@ -76,6 +79,7 @@ _UNDECLARED_FIX = ("; add `shift: covariate`, `shift: label_definition` or `shif
 
 
 def transfer_lines(model: str, spec: TableKind, s: pd.DataFrame) -> list[dict]:
+    import pandas as pd
     table = spec.name
     out = []
     s = s.loc[s["transfer_auroc"].notna()]

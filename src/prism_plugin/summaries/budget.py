@@ -26,10 +26,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.errors import PrismError
 from prism_plugin.hookspecs import hookimpl
@@ -53,6 +55,7 @@ FRACTIONS = (0.01, 0.05, 0.10, 0.25, 0.50, 1.00)
 
 
 def _missing_full_val(propval: pd.DataFrame) -> list[Any]:
+    import pandas as pd
     full = propval.loc[fraction_mask(propval, 1.0), "dataset"]
     return [d for d in pd.unique(propval["dataset"]) if d not in set(full)]
 
@@ -63,6 +66,7 @@ def label_budget_accounting(indomain_propval: pd.DataFrame) -> pd.DataFrame:
     See the module docstring for the columns. Integer columns are int64; ``val_share_original`` is float. Datasets
     without runs at fraction 1.0 are left out (their full validation size is unknown).
     """
+    import pandas as pd
     missing = [c for c in ("dataset", "fraction", "n_train", "n_val") if c not in indomain_propval.columns]
     if missing:
         raise PrismError(f"indomain_propval table lacks column(s) {', '.join(missing)}")
@@ -118,6 +122,7 @@ def camelyon17_label_budget(
 ) -> pd.DataFrame:
     """``camelyon17_label_budget`` of §6.14 (closed form) for the given hospitals (rows in the given order) ×
     fractions (ascending)."""
+    import pandas as pd
     fracs = sorted(float(f) for f in fractions)
     bad = [f for f in fracs if not (0.0 < f <= 1.0)]
     if bad:
@@ -144,6 +149,7 @@ def camelyon17_hospitals(tables: RunTables) -> list[Any]:
 
 
 def _camelyon_fractions(tables: RunTables) -> list[float]:
+    import pandas as pd
     fracs: list[float] = []
     for df in (tables.camelyon17_indomain, tables.camelyon17_transfer):
         if df is not None:

@@ -10,9 +10,10 @@ fraction, degenerate, scope; plain RangeIndex.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.errors import PrismError
 from prism_plugin.hookspecs import hookimpl
@@ -25,6 +26,7 @@ _FALSE = {"false", "0", "no", "f", "0.0"}
 
 def _as_bool(col: pd.Series, where: str) -> pd.Series:
     """``degenerate`` as float 0/1 (NaN kept); accepts bools, 0/1 and True/False strings."""
+    import pandas as pd
     if pd.api.types.is_bool_dtype(col) or pd.api.types.is_numeric_dtype(col):
         return col.astype(float)
     lowered = col.astype("string").str.strip().str.lower()
@@ -52,6 +54,7 @@ def degeneracy_audit(indomain: pd.DataFrame | None, transfer: pd.DataFrame | Non
     Either input may be ``None`` (its part is then empty). Values are shares of
     seeds, e.g. 1/3, 2/3 or 1 for three seeds.
     """
+    import pandas as pd
     parts = []
     if indomain is not None:
         parts.append(_audit_part(indomain, "dataset", "in-distribution", "in-distribution"))

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from scipy import stats
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.errors import PrismError
 
@@ -64,6 +65,7 @@ def seed_means(df: pd.DataFrame, keys: Sequence[str], columns: Sequence[str], *,
     The correctly rounded sum makes the mean independent of row order; it is the convention under which the
     published derived tables are reproduced bit for bit (a plain left-to-right or pandas sum differs in the last
     bit for some cells)."""
+    import pandas as pd
     keys = list(keys)
     codes = df.groupby(keys, sort=sort).ngroup().to_numpy()
     valid = codes >= 0  # rows with a NaN key belong to no group
@@ -116,6 +118,7 @@ def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     products scaled by 1/(n−1), then ``cov_xy / sd_y / sd_x``, clipped to [−1, 1]); NaN when n < 2, when a row
     holds a NaN, or when either row is constant.
     """
+    from scipy import stats
     x = np.atleast_2d(np.asarray(x, dtype=float))
     y = np.atleast_2d(np.asarray(y, dtype=float))
     if x.shape != y.shape:
@@ -145,6 +148,7 @@ def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     """``scipy.stats.spearmanr(x, y).statistic`` without the constant-input warning."""
+    from scipy import stats
     if len(x) < 2:
         return float("nan")
     with warnings.catch_warnings():
@@ -153,6 +157,7 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def kendall(x: Sequence[float], y: Sequence[float]) -> float:
+    from scipy import stats
     if len(x) < 2:
         return float("nan")
     with warnings.catch_warnings():
@@ -187,6 +192,7 @@ def cell_means(indomain: pd.DataFrame) -> pd.DataFrame:
 def within_dataset_ranks(cells: pd.DataFrame) -> pd.DataFrame:
     """Within each (dataset, fraction): rank_auroc = average rank of seed-mean AUROC **descending**, rank_cal =
     average rank of seed-mean ``ece_scaled_fixed`` **ascending** (§6.6). Same row order as ``cells``."""
+    from scipy import stats
     out = cells.copy()
     out["rank_auroc"] = np.nan
     out["rank_cal"] = np.nan
@@ -245,6 +251,7 @@ def model_order(models: Iterable[Any]) -> list[Any]:
 
 def fraction_mask(df: pd.DataFrame, fraction: float) -> pd.Series:
     """Boolean mask of the rows of ``df`` whose ``fraction`` equals ``fraction``."""
+    import pandas as pd
     return pd.Series(
         np.isclose(df["fraction"].astype(float).to_numpy(), float(fraction), rtol=0.0, atol=FRACTION_ATOL),
         index=df.index,
@@ -258,6 +265,7 @@ def fraction_label(fraction: float) -> str:
 
 def fractions_present(df: pd.DataFrame) -> list[float]:
     """Distinct fractions of ``df``, ascending, with near-equal values merged."""
+    import pandas as pd
     out: list[float] = []
     for f in sorted(float(x) for x in pd.unique(df["fraction"].dropna())):
         if not out or abs(f - out[-1]) > FRACTION_ATOL:

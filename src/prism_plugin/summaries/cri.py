@@ -34,11 +34,12 @@ Conventions (all exactly as in the protocol):
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from scipy import stats
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.errors import PrismError, UnknownNameError, suggest
 from prism_plugin.hookspecs import hookimpl
@@ -81,6 +82,7 @@ def _id_cell_means(indomain: pd.DataFrame, fraction: float, columns: list[str]) 
 def _id_model_means(indomain: pd.DataFrame, fraction: float) -> pd.DataFrame:
     """Per model: mean over its datasets/hospitals of seed-mean ``auroc`` and seed-mean ``ece_scaled_fixed`` at
     ``fraction`` (the latter *not* clipped)."""
+    import pandas as pd
     cells = _id_cell_means(indomain, fraction, ["auroc", "ece_scaled_fixed"])
     if cells.empty:
         return pd.DataFrame(columns=["auroc", "ece_scaled_fixed"], dtype=float)
@@ -97,6 +99,7 @@ def ood_pairs(indomain: pd.DataFrame, transfer: pd.DataFrame, *, fraction: float
     ``ratio`` are NaN when the source has no in-distribution run at ``fraction``. Rows: models in display order,
     pairs in order of first appearance in ``transfer``.
     """
+    import pandas as pd
     require_columns(transfer, ["model", "src", "tgt", "fraction", "auroc"], "transfer")
     t = transfer.loc[fraction_mask(transfer, fraction)].copy()
     if "pair" not in t.columns:
@@ -131,6 +134,7 @@ def ood_stability(indomain: pd.DataFrame, transfer: pd.DataFrame, *, fraction: f
     without an in-distribution AUROC for their source are left out; models with no usable pair are absent from the
     result. Returns a float Series named ``ood_stability`` indexed by ``model`` in display order.
     """
+    import pandas as pd
     pairs = ood_pairs(indomain, transfer, fraction=fraction)
     pairs = pairs.loc[pairs["ratio"].notna()]
     if pairs.empty:
@@ -216,6 +220,7 @@ def cri_variants(
     least one listed model, a boolean column ``ood_stability_imputed`` is appended; otherwise the columns are
     exactly the published ones.
     """
+    import pandas as pd
     means = _id_model_means(indomain, fraction)
     stab = pd.Series(stability, dtype=float) if not isinstance(stability, pd.Series) else stability.astype(float)
     out = pd.DataFrame(index=pd.Index(list(means.index), name="model"))
@@ -238,6 +243,8 @@ def kendall_between_rules(variants: pd.DataFrame) -> pd.DataFrame:
     Columns: rule_a, rule_b, kendall_tau (NaN when fewer than 2 models or a column is constant). Models with a NaN
     CRI are left out.
     """
+    import pandas as pd
+    from scipy import stats
     cols = [f"cri_{n}" for n in AGGREGATIONS if f"cri_{n}" in variants.columns]
     rows = []
     data = variants[cols].dropna()
@@ -267,6 +274,7 @@ def resolve_ood_stability(
     ``model`` (display order) with columns ``ood_stability``, ``imputed`` (bool) and ``source``. Override and
     default values must be numbers in [0, 1].
     """
+    import pandas as pd
     models = model_order(models)
     overrides = dict(overrides or {})
     for name, value in list(overrides.items()):
@@ -305,6 +313,7 @@ def _check_unit(option: str, value: Any, model: str | None = None) -> float:
 
 # --------------------------------------------------------------------------- §6.3 / §6.4
 def _component_frame(pairs: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
     usable = pairs.loc[pairs["ratio"].notna()]
     g = usable.groupby("model", sort=False)
     out = pd.DataFrame({
@@ -324,6 +333,7 @@ def cri_components(indomain: pd.DataFrame, transfer: pd.DataFrame, *, fraction: 
     over pairs of A_id(src) − A_ood; ood_stability = §6.1; cri = cri_multiplicative at this fraction (§6.2). Note
     id_auroc_mean − ood_auroc_mean ≠ drop_mean (all-dataset mean vs source-only).
     """
+    import pandas as pd
     pairs = ood_pairs(indomain, transfer, fraction=fraction)
     comp = _component_frame(pairs)
     means = _id_model_means(indomain, fraction)
@@ -363,6 +373,7 @@ def camelyon17_cri_components(
     hospital) − A_ood(pair); ood_stability = §6.1 over the hospital pairs; cri = id_auroc·(1−e)·ood_stability with
     e = clip(mean over hospitals of seed-mean in-distribution ``ece_scaled_fixed``, 0, 1).
     """
+    import pandas as pd
     pairs = ood_pairs(camelyon17_indomain, camelyon17_transfer, fraction=fraction)
     comp = _component_frame(pairs)
     means = _id_model_means(camelyon17_indomain, fraction)
@@ -392,6 +403,7 @@ def _undefined_pairs_note(pairs: pd.DataFrame, what: str) -> list[str]:
 
 
 def _summarize_main(ind: pd.DataFrame, tr: pd.DataFrame | None, options: Mapping[str, Any], out: SummaryOutput) -> None:
+    import pandas as pd
     overrides = options.get("ood_stability")
     if overrides is not None and not isinstance(overrides, Mapping):
         raise PrismError(

@@ -41,11 +41,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from scipy import stats
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.errors import PrismError
 from prism_plugin.hookspecs import hookimpl
@@ -93,6 +94,7 @@ def rank_correlations(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_MODEL, see
     Columns: dataset, fraction, n_models, spearman, kendall, ci_lo, ci_hi. Rows: datasets in :func:`dataset_order`,
     fractions ascending. With fewer than 3 models every statistic of the row is NaN ("not defined").
     """
+    import pandas as pd
     cells = cell_means(indomain)
     notes = list(cells.attrs.get("notes", []))
     rows = []
@@ -164,6 +166,7 @@ def pooled_rank_correlations(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_CLU
 
     Columns: fraction, n_datasets, n_pairs, rho, ci_lo, ci_hi.
     """
+    import pandas as pd
     ranks = within_dataset_ranks(cell_means(indomain))
     notes = list(ranks.attrs.get("notes", []))
     rows = []
@@ -232,6 +235,7 @@ def wilcoxon_contrast(rank_corr: pd.DataFrame, *, fractions: Sequence[float] = C
     distribution for small samples without ties) over the datasets with a defined ρ at both fractions. Returns
     ``{"W", "p", "n_datasets"}`` or ``{"not_defined": reason}``.
     """
+    from scipy import stats
     rc = rank_corr.copy()
     rc["fraction"] = normalise_fractions(rc["fraction"])
     pair = contrast_fractions(rc["fraction"].unique(), fractions)
@@ -264,6 +268,7 @@ def rank_diff_by_fraction(indomain: pd.DataFrame) -> pd.DataFrame:
     One row per dataset in **alphabetical** order, first column ``dataset``, then one column per fraction
     ascending, named ``str(fraction)`` ("0.01", "0.05", "0.1", …, "1.0"); NaN where a dataset lacks the fraction.
     """
+    import pandas as pd
     ranks = within_dataset_ranks(cell_means(indomain))
     notes = list(ranks.attrs.get("notes", []))
     ranks["absdiff"] = (ranks["rank_auroc"] - ranks["rank_cal"]).abs()
@@ -292,6 +297,7 @@ def rank_heterogeneity(rank_corr: pd.DataFrame, *, clip: float = 0.999) -> pd.Da
 
     Columns: fraction, n_datasets, rho, ci_lo, ci_hi, tau2, i2, q, note (empty, or "not defined: …").
     """
+    import pandas as pd
     rc = rank_corr.copy()
     rc["fraction"] = normalise_fractions(rc["fraction"])
     rows = []

@@ -4,11 +4,12 @@ Conventions as in :mod:`.conventions`."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from scipy import stats
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.summaries.conventions import (
     AUROC, CONTRAST_FRACTIONS, ECE, cell_means, contrast_fractions, dataset_order, first_appearance,
@@ -51,6 +52,7 @@ class _SeedGrid:
 
     def pooled(self, ds_idx: np.ndarray, seed_idx: np.ndarray) -> np.ndarray:
         """Bootstrap ρ for draws ``ds_idx`` (B, k) and ``seed_idx`` (B, Σ models)."""
+        from scipy import stats
         sizes = {len(self.models[d]) for d in self.datasets}
         b = ds_idx.shape[0]
         if len(sizes) == 1:
@@ -128,6 +130,7 @@ def rank_correlations_seedlevel(indomain: pd.DataFrame, *, n_boot: int = N_BOOT_
 
     Columns: fraction, rho, ci_lo, ci_hi.
     """
+    import pandas as pd
     cells = cell_means(indomain)
     notes = list(cells.attrs.get("notes", []))
     rows = []

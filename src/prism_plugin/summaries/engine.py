@@ -10,9 +10,10 @@ Data flows one way: per-run tables (:class:`~prism_plugin.tables.RunTables`)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.errors import PrismError
 from prism_plugin.storage import atomic_write_text, dumps, write_csv

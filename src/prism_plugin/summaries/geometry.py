@@ -22,10 +22,12 @@ finds those of finished results directories in the cache without extracting.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.results import read_summary
 from prism_plugin.errors import PrismError
@@ -108,6 +110,7 @@ def alignment_chance(n: int, k: int = DEFAULT_K) -> float:
 def alignment_matrix(embeddings: Mapping[str, np.ndarray], k: int = DEFAULT_K,
                      metric: str = "cosine") -> pd.DataFrame:
     """Models × models mutual k-NN alignment (symmetric, diagonal 1), models in the given order."""
+    import pandas as pd
     names = list(embeddings)
     if not names:
         raise PrismError("alignment needs the embeddings of at least one model")
@@ -213,6 +216,7 @@ def cached_test_embeddings(result_dirs: Iterable[Path], cache_dir: Path | None =
 
 # --------------------------------------------------------------------------- AUROC matrix / clustering
 def _indomain_rows(runs: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
     if runs is None or runs.empty or "dataset" not in runs.columns:
         return pd.DataFrame()
     df = runs
@@ -230,6 +234,7 @@ def _indomain_rows(runs: pd.DataFrame) -> pd.DataFrame:
 
 def auroc_matrix(runs: pd.DataFrame, fraction: float = 1.0, metric: str = "auroc") -> pd.DataFrame:
     """Models × datasets matrix of seed-mean ``metric`` at ``fraction`` (in-distribution runs)."""
+    import pandas as pd
     from prism_plugin.summaries.conventions import DATASET_ORDER, fraction_mask, model_order, order_like
 
     df = _indomain_rows(runs)
@@ -273,6 +278,7 @@ def cluster_order(matrix: pd.DataFrame, axis: int = 0) -> dict[str, Any]:
     order, "distance": square distance DataFrame}``. Needs ≥ 2 items and ≥ 2 values to correlate over; NaN cells
     are not allowed (drop incomplete rows/columns first).
     """
+    import pandas as pd
     from scipy.cluster.hierarchy import dendrogram, linkage
     from scipy.spatial.distance import squareform
 
@@ -309,6 +315,7 @@ def radar_data(runs: pd.DataFrame, fraction: float = 1.0) -> pd.DataFrame:
     averages the binary datasets (NaN when the model has none). ``ood_stability`` is PROTOCOL §6.1 at 100 % labels
     from the transfer rows of ``runs`` (NaN without usable transfer runs).
     """
+    import pandas as pd
     from prism_plugin.summaries.conventions import fraction_mask, model_order
     from prism_plugin.summaries.cri import ood_stability
 

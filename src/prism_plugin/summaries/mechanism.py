@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from scipy import stats
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.summaries.conventions import (
@@ -88,6 +89,7 @@ def _per_fraction(df: pd.DataFrame) -> pd.DataFrame:
 def design_table(df: pd.DataFrame, design: str) -> pd.DataFrame:
     """The §6.10 rows of one design (columns :data:`SUMMARY_COLUMNS`); ``attrs["notes"]`` says what could not be
     computed."""
+    import pandas as pd
     require_columns(df, ["model", "fraction", "ece_fixed", "auroc"], f"{design} transfer")
     if "pair" not in df.columns:
         require_columns(df, ["src", "tgt"], f"{design} transfer")
@@ -142,6 +144,7 @@ def mechanism_summary(transfer: pd.DataFrame | None = None,
     """``mechanism_summary`` (§6.10): one row per (design, model, pair); label-definition rows (from ``transfer``)
     first, then covariate rows (from ``camelyon17_transfer``), then the designs of ``more`` (design name -> runs)
     in order. Columns :data:`SUMMARY_COLUMNS`."""
+    import pandas as pd
     parts, notes = [], []
     for design, df in ((LABEL_DEFINITION, transfer), (COVARIATE, camelyon17_transfer), *dict(more or {}).items()):
         if df is None or df.empty:
@@ -169,6 +172,7 @@ def mechanism_bands(summary: pd.DataFrame, bands: Iterable[tuple[float, float]] 
     round(100·rises/n, 1)), mean_delta (= round(mean ece_delta, 4)), designs (sorted distinct, ", "-joined). Empty
     bands are omitted.
     """
+    import pandas as pd
     rows = []
     s = summary.loc[summary["auroc_mean"].notna() & summary["ece_delta"].notna()]
     for lo, hi in bands:
@@ -184,6 +188,7 @@ def mechanism_bands(summary: pd.DataFrame, bands: Iterable[tuple[float, float]] 
 
 
 def _spearman(x: pd.Series, y: pd.Series) -> tuple[float | str, int]:
+    from scipy import stats
     ok = x.notna() & y.notna()
     n = int(ok.sum())
     if n < 3:
@@ -284,6 +289,7 @@ def camelyon17_ece_trend(camelyon17_transfer: pd.DataFrame) -> pd.DataFrame:
     """``camelyon17_ece_trend`` (§6.11): per (model, pair) in CSV order, lo / hi = seed-mean ``ece_fixed`` at the
     smallest / largest fraction (1 % / 100 %), delta = hi − lo, rises = hi > lo, monotone = every successive
     difference of the seed means (fractions ascending) ≥ −1e-9. Columns :data:`TREND_COLUMNS`."""
+    import pandas as pd
     require_columns(camelyon17_transfer, ["model", "fraction", "ece_fixed", "auroc"], "camelyon17 transfer")
     df = _with_pair(camelyon17_transfer)
     cells = _per_fraction(df)

@@ -24,11 +24,12 @@ run and the C = 1 variant of a sweep) counts once.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from scipy import stats
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.heads.base import DEFAULT_KIND, probe_settings
 from prism_plugin.results import read_summary
@@ -68,6 +69,7 @@ def load_runs(paths: Iterable[str | Path]) -> pd.DataFrame:
     head: ``probe_C`` (NaN for a head without C) and ``probe_settings`` (``hidden=256,...``), so
     different configurations of one head stay apart. Returns an empty frame when nothing is found.
     """
+    import pandas as pd
     from prism_plugin.results import runs_files
 
     frames = []
@@ -120,6 +122,7 @@ def sweep_run_tables(paths: Iterable[str | Path], host=None):
     the model's name kept in ``model_base``), so the report's cells, diagrams and verdict describe
     each C (or probe kind) on its own instead of pooling them. ``None`` without sweep rows.
     (:func:`prism_plugin.tables.tables_from_results` leaves these rows out.)"""
+    import pandas as pd
     from prism_plugin.plugins import host_or_shared
     from prism_plugin.results import runs_files
     from prism_plugin.tables import RunTables, read_run_table, routed_rows
@@ -150,6 +153,7 @@ def sweep_run_tables(paths: Iterable[str | Path], host=None):
 def with_sweep_variants(run_tables, paths: Iterable[str | Path], host=None):
     """``run_tables`` (the non-sweep rows, or ``None``) with the sweep variants of ``paths`` added
     (:func:`sweep_run_tables`); unchanged when there are none."""
+    import pandas as pd
     sweeps = sweep_run_tables(paths, host)
     if sweeps is None:
         return run_tables
@@ -164,6 +168,7 @@ def with_sweep_variants(run_tables, paths: Iterable[str | Path], host=None):
 
 
 def _prepare(runs: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
     df = runs.copy()
     if MODEL_BASE in df.columns:  # variant-labelled report rows: rank the models, not the variants
         df["model"] = df[MODEL_BASE].where(df[MODEL_BASE].notna(), df["model"])
@@ -181,6 +186,7 @@ def _prepare(runs: pd.DataFrame) -> pd.DataFrame:
 
 def split_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """In-distribution rows (keyed by ``dataset``) and transfer rows (keyed by ``pair``)."""
+    import pandas as pd
     df = _prepare(runs)
     if "reference_table" in df.columns:
         table = df["reference_table"].fillna("indomain").astype(str)
@@ -203,6 +209,7 @@ def split_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
 # --------------------------------------------------------------------------- τ
 def kendall(x: Iterable[float], y: Iterable[float]) -> tuple[float, str]:
     """Kendall τ-b between two aligned value vectors, and why it is undefined ('' when defined)."""
+    from scipy import stats
     x = np.asarray(list(x), dtype=float)
     y = np.asarray(list(y), dtype=float)
     keep = np.isfinite(x) & np.isfinite(y)
@@ -231,6 +238,7 @@ def _dedupe(df: pd.DataFrame, key: list[str], notes: list[str], what: str) -> pd
 # --------------------------------------------------------------------------- tables
 def c_ablation(rows: pd.DataFrame, setting: str = "dataset", notes: list[str] | None = None) -> pd.DataFrame:
     """Seed-mean AUROC and raw fixed ECE per (model, setting, fraction, C) of the logistic probe."""
+    import pandas as pd
     notes = notes if notes is not None else []
     df = _prepare(rows)
     df = df.loc[(df["probe"] == "logistic") & df["probe_C"].notna()]
@@ -272,6 +280,7 @@ def _compare(left: pd.DataFrame, right: pd.DataFrame) -> dict[str, Any]:
 
 def c_ranking(ablation: pd.DataFrame, setting: str = "dataset", baseline: float = BASELINE_C) -> pd.DataFrame:
     """Kendall τ of the model ordering at each C against C = ``baseline``, per (setting, fraction)."""
+    import pandas as pd
     cols = [setting if c == "dataset" else c for c in RANKING_COLUMNS]
     rows = []
     if ablation.empty:
@@ -310,6 +319,7 @@ def mlp_cells(rows: pd.DataFrame, setting: str = "dataset", baseline: float = BA
 def mlp_ranking(rows: pd.DataFrame, setting: str = "dataset", baseline: float = BASELINE_C,
                 notes: list[str] | None = None) -> pd.DataFrame:
     """Kendall τ between the model orderings under the linear probe (C = 1) and the MLP probe."""
+    import pandas as pd
     cols = [setting if c == "dataset" else c for c in MLP_RANKING_COLUMNS]
     lin, mlp = mlp_cells(rows, setting, baseline, notes)
     if mlp is None:
@@ -377,6 +387,7 @@ def sensitivity_tables(runs: pd.DataFrame, baseline: float = BASELINE_C) -> Summ
 def summarize(tables: RunTables, options: Mapping[str, Any]) -> SummaryOutput | None:
     """``c_ablation``/``c_ranking`` (and ``ood_`` twins) when runs at ≥ 2 values of C are present;
     ``mlp_ranking`` when MLP-probe runs are present. Nothing otherwise."""
+    import pandas as pd
     frames = []
     for name in ("indomain", "transfer"):
         df = getattr(tables, name, None)

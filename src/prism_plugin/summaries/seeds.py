@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.summaries.conventions import DATASET_ORDER, model_order, order_like, require_columns
@@ -33,6 +35,7 @@ def threshold_column(threshold: float) -> str:
 
 def breaking_points_by_threshold(indomain: pd.DataFrame, thresholds: Iterable[float] = THRESHOLDS) -> pd.DataFrame:
     """The ``breaking_points_by_threshold`` table of §6.15 (see module docstring)."""
+    import pandas as pd
     require_columns(indomain, ["model", "dataset", "fraction", "f1_macro"], "in-distribution")
     thresholds = [float(t) for t in thresholds]
     cols = ["dataset", "model"] + [threshold_column(t) for t in thresholds]
@@ -59,6 +62,7 @@ def breaking_point_moves(table: pd.DataFrame) -> pd.DataFrame:
     """Per dataset of a ``breaking_points_by_threshold`` table: ``moves_by`` = mean over models with ≥ 2 reached
     thresholds of (max − min reached fraction), ``n_models`` = how many models qualified. ``moves_by`` is NaN (not
     defined) when none qualified. Rows in the table's dataset order."""
+    import pandas as pd
     thr = [c for c in table.columns if c.startswith("thr_")]
     rows = []
     for dataset in pd.unique(table["dataset"]):

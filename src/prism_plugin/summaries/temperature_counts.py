@@ -27,10 +27,12 @@ unrounded).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only; imported where used (quick start-up)
+    import pandas as pd
 
 from prism_plugin.hookspecs import hookimpl
 from prism_plugin.summaries.conventions import (
@@ -67,6 +69,7 @@ class _Counter:
         self.notes.append(f"temperature_scaling_counts {key}: {text}")
 
     def table(self) -> pd.DataFrame:
+        import pandas as pd
         return pd.DataFrame(self.rows, columns=COLUMNS)
 
 

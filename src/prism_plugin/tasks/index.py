@@ -95,12 +95,24 @@ class GroupConfig:
         return f"{len(self.tasks)} task{'s' if len(self.tasks) != 1 else ''}, {self.n_runs} runs"
 
 
+#: the safe loader with libyaml's parser when PyYAML was built with it (the same constructor as yaml.safe_load)
+FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _head(file: Path) -> Any:
     """The file's top-level mapping for the index (None when it is no readable task file: a folder,
     a fifo, a binary or huge file, broken YAML; `validate` reports why)."""
     try:
         text = read_task_text(file)
-        return yaml.safe_load(text) if nesting_depth(text) <= MAX_NESTING else None
+        if nesting_depth(text) > MAX_NESTING:
+            return None
+        loader = FAST_LOADER(text)  # libyaml's parser: every catalogue file is read on every command
+        try:
+            return loader.get_single_data()
+        except yaml.YAMLError:  # what the pure-Python parser, which the loader's file:line errors use, says
+            return yaml.safe_load(text)
+        finally:
+            loader.dispose()
     except (PrismError, yaml.YAMLError, OSError, ValueError, RecursionError):
         return None
 
