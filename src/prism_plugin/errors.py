@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 from typing import Iterable
 
 
@@ -115,3 +116,18 @@ def plain_names(table):
         if dirty.any():
             table.loc[dirty, col] = table.loc[dirty, col].map(plain_name)
     return table
+
+
+def positive_int_env(name: str, default: int, expected: str) -> int:
+    """``$name`` as a whole number >= 1, ``default`` when unset or blank; anything else is one line naming the
+    variable and its value, then ``expected`` (what it takes and the fix)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return int(default)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise PrismError(f"${name}={raw[:40]!r}: {expected}")
+    return value

@@ -324,7 +324,7 @@ def check_fast_solver(runs: pd.DataFrame, ctx: QualityContext) -> list[Flag]:
     mask = (runs["probe_backend"].astype(str) == "fast") & (runs["probe_solver"].astype(str) == "lbfgs-preconditioned")
     if not mask.any():
         return []
-    from prism_plugin.heads.logistic import fast_mode_note
+    from prism_plugin.heads.fast_record import fast_mode_note
 
     return [_flag("fast_solver", "warning", f"{fast_mode_note(runs)} ({where_text(runs, mask)})", runs, mask)]
 

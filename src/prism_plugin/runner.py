@@ -352,7 +352,7 @@ def _run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
                     "shared_fits": shared_fits,
                     "total_seconds": round(time.perf_counter() - t_start, 3)},
     }
-    from prism_plugin.heads.logistic import fast_mode_record
+    from prism_plugin.heads.fast_record import fast_mode_record
 
     fast_mode = fast_mode_record(rows)  # probe.backend fast: its timed trial, decision and reason per grid
     if fast_mode is not None:

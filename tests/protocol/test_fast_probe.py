@@ -21,8 +21,8 @@ from prism_plugin.plugins import get_host
 from prism_plugin.protocol.grid import GridSpec, grid_keys, run_grid
 from prism_plugin.protocol.inputs import SplitArrays
 from prism_plugin.heads import logistic
-from prism_plugin.heads.logistic import (FAST_COLUMNS, FAST_MEASURED_AGREEMENT, FAST_MIN_ROWS, FAST_TOL, LogisticProbe,
-                                         fast_mode_note, fast_mode_record)
+from prism_plugin.heads.fast_record import fast_mode_note, fast_mode_record
+from prism_plugin.heads.logistic import FAST_COLUMNS, FAST_MEASURED_AGREEMENT, FAST_MIN_ROWS, FAST_TOL, LogisticProbe
 from prism_plugin.protocol.sampling import stratified_subset
 
 from ._data import embeddings

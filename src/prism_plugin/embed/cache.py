@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from filelock import FileLock, Timeout
 
-from prism_plugin.errors import PrismError
+from prism_plugin.errors import PrismError, positive_int_env
 from prism_plugin.storage import as_error, atomic_write_text, check_free_space, file_digest, naming
 from prism_plugin.paths import cache_root
 
@@ -61,17 +61,8 @@ def shard_size(default: int = DEFAULT_SHARD_SIZE) -> int:
     Smaller shards lose less work when a run is killed, larger ones write fewer files. The size is recorded with
     every shard; shards written with another size are re-extracted, never mixed.
     """
-    raw = os.environ.get(SHARD_ENV, "").strip()
-    if not raw:
-        return int(default)
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise PrismError(f"${SHARD_ENV}={raw!r}: expected a positive number of tiles per shard "
-                         f"(default {DEFAULT_SHARD_SIZE}); unset it or set e.g. {SHARD_ENV}=512")
-    return value
+    return positive_int_env(SHARD_ENV, default, f"expected a positive number of tiles per shard (default "
+                            f"{DEFAULT_SHARD_SIZE}); unset it or set e.g. {SHARD_ENV}=512")
 
 
 def file_checksum(path: Path) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from typing import Any
@@ -163,7 +162,7 @@ class LogisticProbe:
           ascending) or else the last fit. The trial's result is this run's;
         * the decision: the grid's later fits are the preconditioned solver's when the trial took at most
           ``1 / FAST_TRIAL_MARGIN`` of the exact fit's seconds, else exact mode's. The trial's row records both
-          timings (``probe_exact_seconds``, ``probe_trial_seconds``); :func:`fast_mode_record` reads them back.
+          timings (``probe_exact_seconds``, ``probe_trial_seconds``); :func:`~prism_plugin.heads.fast_record.fast_mode_record` reads them back.
         """
         state, train, key = self._grid if self._grid is not None else ({}, None, None)
         self._fast_coef, self.torch_fit = None, None
@@ -363,108 +362,6 @@ class LogisticProbe:
 #: the largest |fast - exact| measured on benchmarks/bench_grid.py's two data regimes (--quick and --scale 0.3,
 #: both K = 2 and K = 9); exact mode's own distance from the optimum (the torch backend at 1e-8) is as large
 FAST_MEASURED_AGREEMENT = {"auroc": 1e-3, "ece_fixed": 1.5e-2, "ece_scaled_fixed": 5e-3, "temperature": 0.08}
-
-
-def _records(rows) -> list[dict]:
-    return rows.to_dict(orient="records") if hasattr(rows, "to_dict") else list(rows)
-
-
-def _finite(value) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def _run_of(r: dict) -> str:
-    rid = r.get("run_id")
-    if isinstance(rid, str) and rid:
-        return rid
-    return f"f{float(r['fraction']):g}-s{int(r['seed'])}"
-
-
-def fast_mode_record(rows) -> dict | None:
-    """What fast mode decided, per grid, as ``summary.json`` holds it (``fast_mode``); ``None`` without fast runs.
-
-    Read back from the runs' own columns (so a resumed folder says what its saved runs did): per unit of the
-    grid (split seed, probe) the timed trial (``probe_choice`` ``trial-won`` / ``trial-lost``): its run, its
-    size, both timings in seconds, the run of the exact fit it was paired with, the decision and its reason;
-    and how many runs each solver fitted.
-    """
-    records = _records(rows)
-    fast = [r for r in records if r.get("probe_backend") == "fast"]
-    if not fast:
-        return None
-    units: dict[tuple, list[dict]] = {}
-    for r in fast:
-        units.setdefault((str(r.get("split_seed", "")), str(r.get("probe", ""))), []).append(r)
-    decisions = []
-    for unit_rows in units.values():
-        exact_before: dict[int, dict] = {}
-        for r in unit_rows:
-            choice = str(r.get("probe_choice", ""))
-            if choice.startswith("trial-"):
-                n = int(r["n_train"])
-                exact_s, trial_s = _finite(r.get("probe_exact_seconds")), _finite(r.get("probe_trial_seconds"))
-                build_s = _finite(r.get("probe_build_seconds")) or 0.0
-                won = choice == "trial-won"
-                solve_s = trial_s - build_s if trial_s is not None else None
-                ratio = exact_s / solve_s if exact_s is not None and solve_s else None
-                pair = exact_before.get(n)
-                decisions.append({
-                    "decision": "preconditioned" if won else "exact",
-                    "trial_run": _run_of(r), "exact_run": _run_of(pair) if pair is not None else None,
-                    "rows": n, "exact_seconds": exact_s, "trial_seconds": trial_s, "build_seconds": build_s,
-                    "solve_seconds": solve_s, "exact_over_solve": round(ratio, 3) if ratio is not None else None,
-                    "reason": (f"the timed trial took {trial_s:.3g} s ({build_s:.3g} s building the grid's "
-                               f"preconditioner, {solve_s:.3g} s solving) against the exact fit's {exact_s:.3g} s on "
-                               f"{n} rows: its solve was " + ("" if won else "not ") + f"faster by at least "
-                               f"{FAST_TRIAL_MARGIN:g}x, so "
-                               + ("the grid's later fits are the preconditioned solver's" if won else
-                                  "every later fit of the grid is exact mode's")) if ratio is not None else
-                    "the trial's timings are missing"})
-            elif r.get("probe_solver") == "sklearn-lbfgs" and r.get("n_train") is not None:
-                exact_before[int(r["n_train"])] = r
-    solvers: dict[str, int] = {}
-    for r in fast:
-        solvers[str(r.get("probe_solver"))] = solvers.get(str(r.get("probe_solver")), 0) + 1
-    out: dict[str, Any] = {"trial_margin": FAST_TRIAL_MARGIN, "decisions": decisions, "runs_by_solver": solvers}
-    if not decisions:
-        out["reason"] = ("no timed trial: no fit of at least FAST_MIN_ROWS rows with a timed exact fit of the same "
-                         "size before it passed the filter (or every such run was reused); every fit exactly as "
-                         "exact mode")
-    out["note"] = fast_mode_note(fast)
-    return out
-
-
-def fast_mode_note(rows) -> str | None:
-    """The qualifier a summary or console line carries when runs came from the fast solver, else None.
-
-    ``rows``: a runs table (DataFrame) or a list of row dicts.
-    """
-    records = _records(rows)
-    fast = [r for r in records if r.get("probe_backend") == "fast"]
-    if not fast:
-        return None
-    pc = [r for r in fast if r.get("probe_solver") == "lbfgs-preconditioned"]
-    trials = [r for r in fast if str(r.get("probe_choice", "")).startswith("trial-")]
-    timing = "; ".join(
-        f"trial {_run_of(r)} {_finite(r.get('probe_trial_seconds')) or float('nan'):.3g} s (build "
-        f"{_finite(r.get('probe_build_seconds')) or 0.0:.3g} s) vs exact "
-        f"{_finite(r.get('probe_exact_seconds')) or float('nan'):.3g} s on {int(r['n_train'])} rows: "
-        + ("preconditioned after it" if r["probe_choice"] == "trial-won" else "exact after it") for r in trials)
-    decided = f" (chosen by timing: {timing})" if timing else ""
-    a = FAST_MEASURED_AGREEMENT
-    if not pc:
-        return (f"probe.backend fast: all {len(fast)} runs fitted by scikit-learn lbfgs exactly as exact mode "
-                f"(no timed trial of the preconditioned solver was worth making){decided}")
-    grads = [float(r["probe_grad_max"]) for r in pc if r.get("probe_grad_max") is not None]
-    worst = max(grads) if grads else float("nan")
-    return (f"numbers from the fast solver (probe.backend fast): {len(pc)} of {len(fast)} runs fitted by preconditioned "
-            f"L-BFGS stopped at max |grad| <= {worst:.1e} (scikit-learn's criterion, tol {FAST_TOL:g}), the rest "
-            f"exactly as exact mode{decided}; on the benchmark's data within {a['auroc']:g} AUROC, "
-            f"{a['ece_fixed']:g} ECE, {a['temperature']:g} T of exact, which is itself as far from the optimum")
 
 
 def _observe_rows(train, X: np.ndarray) -> int:

@@ -224,6 +224,15 @@ def row_sum_tolerance(dtype: np.dtype, k: int) -> float:
     return ROW_SUM_ATOL + 4.0 * k * eps
 
 
+def _binary_or_matrix(a: np.ndarray, where: str, shapes: str, given: tuple) -> np.ndarray:
+    """``(N,)`` or ``(N, K)`` with K >= 2 (an ``(N, 1)`` column flattened to ``(N,)``), else an ArrayError."""
+    if a.ndim == 2 and a.shape[1] == 1:
+        a = a[:, 0]
+    if a.ndim not in (1, 2) or (a.ndim == 2 and a.shape[1] < 2):
+        raise ArrayError(f"{where}: must be {shapes}, K >= 2, got shape {given}")
+    return a
+
+
 def as_probabilities(probs: Any, where: str, n_rows: int | None = None) -> np.ndarray:
     """An ``(N, K)`` probability matrix (float dtype kept, others cast to float64) or an ArrayError.
 
@@ -233,11 +242,7 @@ def as_probabilities(probs: Any, where: str, n_rows: int | None = None) -> np.nd
               "pass predicted probabilities (softmax of the logits)")
     if not np.issubdtype(p.dtype, np.floating):
         p = p.astype(np.float64)
-    if p.ndim == 2 and p.shape[1] == 1:
-        p = p[:, 0]
-    if p.ndim not in (1, 2) or (p.ndim == 2 and p.shape[1] < 2):
-        raise ArrayError(f"{where}: must be p(class 1) of shape (N,) or a probability matrix (N, K), K >= 2, "
-                         f"got shape {np.shape(probs)}")
+    p = _binary_or_matrix(p, where, "p(class 1) of shape (N,) or a probability matrix (N, K)", np.shape(probs))
     if n_rows is not None:
         check_pair_lengths(p.shape[0], n_rows, where, "probability rows")
     check_nonempty(p.shape[0], where)
@@ -265,12 +270,8 @@ def as_logits(logits: Any, where: str) -> np.ndarray:
     z = _real(as_array(logits, where, "logits"), where, "logits", "pass decision values or logits")
     if z.dtype.kind == "b":
         raise ArrayError(f"{where}: logits must be real numbers, got bool; pass decision values or logits")
-    z = z.astype(np.float64)
-    if z.ndim == 2 and z.shape[1] == 1:
-        z = z[:, 0]
-    if z.ndim not in (1, 2) or (z.ndim == 2 and z.shape[1] < 2):
-        raise ArrayError(f"{where}: must be binary decision values (N,) or a logit matrix (N, K), K >= 2, "
-                         f"got shape {np.shape(logits)}")
+    z = _binary_or_matrix(z.astype(np.float64), where, "binary decision values (N,) or a logit matrix (N, K)",
+                          np.shape(logits))
     check_nonempty(z.shape[0], where)
     _check_finite(z, where, "logits")
     return z

@@ -7,12 +7,11 @@ argument), so a setting is checked, and its problems worded, in one place.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from prism_plugin.errors import PrismError
+from prism_plugin.errors import PrismError, positive_int_env
 
 MAX_SEED = 2**32 - 1
 #: The most runs one task (one ``evaluate()`` call) may ask for: label fractions x seeds x split seeds x
@@ -29,17 +28,8 @@ def _argument(where: str) -> Fail:
 
 def max_runs() -> int:
     """The grid bound in force: ``$PRISM_MAX_RUNS`` when set, else :data:`MAX_RUNS`."""
-    raw = os.environ.get(MAX_RUNS_ENV, "").strip()
-    if not raw:
-        return MAX_RUNS
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise PrismError(f"${MAX_RUNS_ENV}={raw[:40]!r}: must be a positive whole number of runs (the most one task "
-                         f"may ask for; default {MAX_RUNS:,})")
-    return value
+    return positive_int_env(MAX_RUNS_ENV, MAX_RUNS, "must be a positive whole number of runs (the most one task "
+                            f"may ask for; default {MAX_RUNS:,})")
 
 
 def _beyond(total: int) -> str:
