@@ -48,6 +48,7 @@ class HOptimus0(TimmFoundation):
     profiles = {
         "prism_main": Preprocessing(224, 224, HOPTIMUS_MEAN, HOPTIMUS_STD, "bilinear"),
         "model_card": Preprocessing(256, 224, HOPTIMUS_MEAN, HOPTIMUS_STD, "bicubic"),
+        "prism_camelyon17": Preprocessing(256, 224, HOPTIMUS_MEAN, HOPTIMUS_STD, "bicubic"),  # Table 6: the model's own transform
     }
     paper_dim = 1536
     weight_files = ("pytorch_model.bin", "model.safetensors")

@@ -14,7 +14,8 @@ gives the 512-d CLIP image embedding (pooler output times the visual projection)
 Preprocessing: ``prism_main`` = Resize 224 (bilinear) + CenterCrop 224 +
 ImageNet statistics, exactly the torchvision transform of the PRISM notebooks
 (Table 4); ``model_card`` = the CLIP image processor: Resize 224 bicubic +
-CenterCrop 224 + CLIP statistics (Table 6).
+CenterCrop 224 + CLIP statistics; ``prism_camelyon17`` = PRISM's Camelyon17 re-extraction (Table 6): the
+processor's size and statistics, resized bilinear (torchvision's default), in fp16.
 
 dtype policy: fp16 autocast on CUDA (CLIP was trained in mixed fp16 precision).
 """
@@ -37,6 +38,9 @@ VIT_L14 = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, n
 CLIP_PROFILES = {
     "prism_main": Preprocessing(224, 224, IMAGENET_MEAN, IMAGENET_STD, "bilinear"),
     "model_card": Preprocessing(224, 224, CLIP_MEAN, CLIP_STD, "bicubic"),
+    # PRISM's Camelyon17 code took the CLIP processor's size and statistics but resized with torchvision's
+    # default filter (bilinear)
+    "prism_camelyon17": Preprocessing(224, 224, CLIP_MEAN, CLIP_STD, "bilinear"),
 }
 
 
@@ -130,7 +134,7 @@ class CLIPLarge(CLIPVisionFoundation):
     arch_facts = {"embed_dim": 1024, "patch_size": 14, "depth": 24, "reg_tokens": 0}
     poolings = {"pooler": 1024, "projection": 768}
     default_pooling = "pooler"
-    profiles = {"audit": CLIP_PROFILES["model_card"], "model_card": CLIP_PROFILES["model_card"]}
+    profiles = {"audit": CLIP_PROFILES["model_card"], "model_card": CLIP_PROFILES["model_card"]}  # no PRISM runs
     default_profile = "audit"
     paper_dim = 1024
     vision_settings = VIT_L14

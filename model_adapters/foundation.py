@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from prism_plugin.embed.adapter import (
+    PROFILE_DTYPES,
     Adapter,
     Preprocessing,
     choose_profile,
@@ -77,7 +78,8 @@ class FoundationAdapter(Adapter):
     #: embedding recipes: name -> output width. ``default_pooling`` is PRISM's.
     poolings: ClassVar[Mapping[str, int]] = {}
     default_pooling: ClassVar[str] = ""
-    #: ``prism_main`` (paper Table 4) and ``model_card`` (paper Table 6)
+    #: ``prism_main`` (paper Table 4), ``prism_camelyon17`` (the Camelyon17 re-extraction, paper Table 6) and
+    #: ``model_card`` (each model's own documented transform); docs/recipes.md lists them with sources
     profiles: ClassVar[Mapping[str, Preprocessing]] = {}
     #: the profile used without ``--model-args profile=`` (the audit encoders default to ``audit``)
     default_profile: ClassVar[str] = "prism_main"
@@ -85,7 +87,9 @@ class FoundationAdapter(Adapter):
     paper_dim: ClassVar[int] = 0
     #: weight files to look for on the hub / in a checkpoint folder, in order
     weight_files: ClassVar[tuple[str, ...]] = ("model.safetensors", "pytorch_model.bin")
-    #: default autocast on CUDA: "fp32", "bf16" or "fp16" (see each adapter's docstring)
+    #: default autocast on CUDA for profiles without a published precision (``model_card``, ``audit``):
+    #: "fp32", "bf16" or "fp16" (see each adapter's docstring); ``prism_main`` and ``prism_camelyon17``
+    #: take theirs from :data:`~prism_plugin.embed.adapter.PROFILE_DTYPES`
     default_dtype: ClassVar[str] = "bf16"
     #: state-dict key prefixes that belong to parts we do not build (text towers, heads)
     ignore_prefixes: ClassVar[tuple[str, ...]] = ()
@@ -105,7 +109,9 @@ class FoundationAdapter(Adapter):
         if self.checkpoint is not None and not self.checkpoint.exists():
             raise PrismError(f"--model-args checkpoint={checkpoint}: no such file or folder")
         self.revision = str(revision) if revision not in (None, "") else None
-        self.autocast_dtype = parse_dtype(dtype if dtype not in (None, "") else self.default_dtype)
+        # the published extraction's precision for its profile (PROFILE_DTYPES), else the model's own default
+        self.autocast_dtype = parse_dtype(dtype if dtype not in (None, "") else
+                                          PROFILE_DTYPES.get(self.profile, self.default_dtype))
         self.seed = parse_int(seed, "seed", 0)
         #: architecture overrides (e.g. ``{"depth": 1}``) for reduced test instances
         self.arch_overrides: dict[str, Any] = {}

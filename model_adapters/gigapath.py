@@ -47,6 +47,7 @@ class GigaPath(TimmFoundation):
     profiles = {
         "prism_main": Preprocessing(256, 224, IMAGENET_MEAN, IMAGENET_STD, "bilinear"),
         "model_card": Preprocessing(224, 224, IMAGENET_MEAN, IMAGENET_STD, "bicubic"),
+        "prism_camelyon17": Preprocessing(224, 224, IMAGENET_MEAN, IMAGENET_STD, "bicubic"),  # Table 6: the model's own transform
     }
     paper_dim = 1536
     weight_files = ("pytorch_model.bin", "model.safetensors")

@@ -79,6 +79,7 @@ class Midnight(FoundationAdapter):
     profiles = {
         "prism_main": Preprocessing(224, 224, IMAGENET_MEAN, IMAGENET_STD, "bilinear"),
         "model_card": Preprocessing(224, 224, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), "bilinear"),
+        "prism_camelyon17": Preprocessing(224, 224, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), "bilinear"),  # Table 6: the model's own transform
     }
     paper_dim = 1536
     weight_files = ("model.safetensors", "pytorch_model.bin")

@@ -26,11 +26,13 @@ class UNI(TimmFoundation):
     final norm, **1024-d**. Also ``mean`` and ``cls+mean`` (2048).
 
     Preprocessing: ``prism_main`` = Resize 224 (bilinear) + CenterCrop 224 +
-    ImageNet (Table 4); ``model_card`` = the same geometry resolved from the
-    timm config (bicubic), ImageNet (Table 6).
+    ImageNet (Table 4); ``model_card`` = the card's transform and the hub's timm
+    config: Resize 224 bilinear, ImageNet; ``prism_camelyon17`` = the same, as
+    PRISM's Camelyon17 re-extraction resolved it through timm (Table 6).
 
     dtype policy: bf16 autocast on CUDA (a LayerScale ViT-L; bf16 keeps fp32's
-    exponent range). Use ``dtype=fp32`` to match PRISM's fp32 extraction bit for bit.
+    exponent range) under ``model_card``; ``prism_main`` runs in fp32 and
+    ``prism_camelyon17`` in fp16, as PRISM did (docs/recipes.md).
     """
 
     name = "uni"
@@ -48,7 +50,10 @@ class UNI(TimmFoundation):
     default_pooling = "cls"
     profiles = {
         "prism_main": Preprocessing(224, 224, IMAGENET_MEAN, IMAGENET_STD, "bilinear"),
-        "model_card": Preprocessing(224, 224, IMAGENET_MEAN, IMAGENET_STD, "bicubic"),
+        # the card's torchvision Resize(224) and the hub config's timm data config are both bilinear, as
+        # was PRISM's Camelyon17 extraction (it resolved UNI's transform through timm)
+        "model_card": Preprocessing(224, 224, IMAGENET_MEAN, IMAGENET_STD, "bilinear"),
+        "prism_camelyon17": Preprocessing(224, 224, IMAGENET_MEAN, IMAGENET_STD, "bilinear"),
     }
     paper_dim = 1024
     weight_files = ("pytorch_model.bin", "model.safetensors")
@@ -90,7 +95,7 @@ class CONCH(FoundationAdapter):
     arch_facts = {"embed_dim": 768, "patch_size": 16, "depth": 12, "reg_tokens": 0}
     poolings = {"pooled": 512, "projected": 512}
     default_pooling = "pooled"
-    profiles = {"prism_main": CONCH_LOADER, "model_card": CONCH_LOADER}
+    profiles = {"prism_main": CONCH_LOADER, "model_card": CONCH_LOADER, "prism_camelyon17": CONCH_LOADER}
     paper_dim = 512
     weight_files = ("pytorch_model.bin",)
     default_dtype = "bf16"

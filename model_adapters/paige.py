@@ -48,6 +48,7 @@ class Virchow2(TimmFoundation):
     profiles = {
         "prism_main": Preprocessing(224, 224, IMAGENET_MEAN, IMAGENET_STD, "bilinear"),
         "model_card": Preprocessing(224, 224, IMAGENET_MEAN, IMAGENET_STD, "bicubic"),
+        "prism_camelyon17": Preprocessing(224, 224, IMAGENET_MEAN, IMAGENET_STD, "bicubic"),  # Table 6: the model's own transform
     }
     paper_dim = 2560
     default_dtype = "fp16"

@@ -24,7 +24,9 @@ def test_profile_pooling_dtype_and_revision_change_the_key(name, tmp_path):
     for pooling in cls.poolings:
         if pooling != cls.default_pooling:
             assert key(cls(pooling=pooling), tmp_path) != base
-    assert key(cls(dtype="fp32" if cls.default_dtype != "fp32" else "bf16"), tmp_path) != base
+    other = "bf16" if cls().config()["dtype"] == "fp32" else "fp32"  # prism_main's default is fp32 (PRISM's)
+    assert key(cls(dtype=other), tmp_path) != base
+    assert key(cls(profile="prism_camelyon17"), tmp_path) != base
     assert key(cls(revision="0123abc"), tmp_path) != base
     assert key(cls(normalize=False), tmp_path) != base
     assert key(cls(pretrained=False), tmp_path) != base

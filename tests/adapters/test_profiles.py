@@ -54,13 +54,13 @@ def test_prism_main_is_table_4(paper_text):
     assert seen == set(EIGHT)
 
 
-def test_model_card_is_table_6(paper_text):
+def test_prism_camelyon17_is_table_6(paper_text):
     rows = table_block(paper_text, "Table 6:")
     assert rows[0] == ["Model", "Resize", "Normalization", "Dim"]
     for row in rows[1:]:
         for display in (s.strip() for s in row[0].split(",")):
             key = BY_DISPLAY[display.upper()]
-            pre, cls = profile(key, "model_card"), adapter_class(key)
+            pre, cls = profile(key, "prism_camelyon17"), adapter_class(key)
             assert cls.paper_dim == int(row[3])
             if row[1] == "model loader":
                 assert key == "conch"
@@ -69,10 +69,10 @@ def test_model_card_is_table_6(paper_text):
             assert stats_kind(pre) == row[2], key
 
 
-def test_model_card_is_camelyon17_table(preprocessing_csv):
+def test_prism_camelyon17_is_camelyon17_table(preprocessing_csv):
     for rec in preprocessing_csv.to_dict("records"):
         key = BY_DISPLAY[rec["model"].upper()]
-        pre, cls = profile(key, "model_card"), adapter_class(key)
+        pre, cls = profile(key, "prism_camelyon17"), adapter_class(key)
         assert pre.resize == int(rec["resize"]) and (pre.crop, pre.crop) == eval(rec["crop"]), key
         np.testing.assert_allclose(pre.mean, eval(rec["mean"]), atol=6e-5)
         np.testing.assert_allclose(pre.std, eval(rec["std"]), atol=6e-5)
@@ -119,9 +119,12 @@ def test_conch_is_its_loader_transform(image):
 def test_timm_card_profiles_are_timms_transform(name, crop_pct, image):
     from timm.data import create_transform
 
+    from .test_recipes import published
+
     pre = profile(name, "model_card")
-    theirs = create_transform(input_size=(3, 224, 224), interpolation="bicubic", crop_pct=crop_pct,
-                              crop_mode="center", mean=pre.mean, std=pre.std)
+    # the filter is the published one (docs/recipes.md, with its source), not a value restated here
+    theirs = create_transform(input_size=(3, 224, 224), interpolation=published()[(name, "model_card")]["filter"],
+                              crop_pct=crop_pct, crop_mode="center", mean=pre.mean, std=pre.std)
     torch.testing.assert_close(pre.transform()(image), theirs(image), rtol=0, atol=0)
 
 

@@ -26,6 +26,12 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 #: Table 4; ``model_card`` = each model's own documented transform). Part of the cache key.
 DEFAULT_PROFILE = "prism_main"
 
+#: the precision each published extraction ran in, by profile name (docs/recipes.md gives the sources):
+#: PRISM's main notebooks ran in fp32 with no autocast, its Camelyon17 re-extraction in fp16 for all eight
+#: models. A profile not listed here (``model_card``, ``audit``: papers/002 states no precision) keeps the
+#: adapter's own ``default_dtype``; ``--model-args dtype=`` overrides either.
+PROFILE_DTYPES = {"prism_main": "fp32", "prism_camelyon17": "fp16"}
+
 #: ``--model-args dtype=...`` -> autocast dtype on CUDA (``None`` = full fp32).
 DTYPES = {"fp32": None, "float32": None, "bf16": "bfloat16", "bfloat16": "bfloat16",
           "fp16": "float16", "float16": "float16"}
