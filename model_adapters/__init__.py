@@ -22,7 +22,7 @@ from prism_plugin.hookspecs import hookimpl
 #: classes, in ``ls adapters`` order of origin
 BUILTIN_MODULES = ("clip", "mahmood", "paige", "gigapath", "bioptimus", "kaiko",
                    "dinov2", "dinobloom", "reddino", "owkin", "lunit", "eva", "biomedclip", "imagenet",
-                   "timm_generic", "openclip_generic", "hf_generic", "precomputed", "demo")
+                   "timm_generic", "openclip_generic", "hf_generic", "eva_registry", "precomputed", "demo")
 
 
 def _register_all(register) -> None:

@@ -42,6 +42,9 @@ class BiomedCLIP(FoundationAdapter):
     display_name = "BiomedCLIP"
     hub_id = "microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224"
     licence = "MIT"
+    licence_source = "https://huggingface.co/microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224 (hub tag)"
+    licence_date = "2026-12-01"
+    licence_note = "the hub tag as recorded when the adapter was written"
     gated = False
     architecture = "BiomedCLIP image tower: ViT-B/16 (open_clip TimmModel, timm vit_base_patch16_224), 12 blocks"
     arch_short = "ViT-B/16 (open_clip/timm)"

@@ -36,6 +36,8 @@ class HOptimus0(TimmFoundation):
     display_name = "H-Optimus-0"
     hub_id = "bioptimus/H-optimus-0"
     licence = "Apache-2.0"
+    licence_source = "PRISM README (prism-bench), model table; https://huggingface.co/bioptimus/H-optimus-0"
+    licence_date = "2026-12-02"
     gated = True
     architecture = "ViT-g/14 + 4 registers, SwiGLU (timm vit_giant_patch14_reg4_dinov2), 40 blocks"
     arch_short = "ViT-g/14+4reg SwiGLU (timm)"

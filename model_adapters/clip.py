@@ -88,6 +88,8 @@ class CLIP(CLIPVisionFoundation):
     display_name = "CLIP"
     hub_id = "openai/clip-vit-base-patch32"
     licence = "MIT"
+    licence_source = "PRISM README (prism-bench), model table; https://huggingface.co/openai/clip-vit-base-patch32"
+    licence_date = "2026-12-02"
     gated = False
     #: OpenAI's 400M web image-text pairs (the CLIP paper's WebImageText)
     pretraining_data = ("WIT-400M",)
@@ -96,14 +98,21 @@ class CLIP(CLIPVisionFoundation):
 class PLIP(CLIPVisionFoundation):
     """PLIP: CLIP ViT-B/32 fine-tuned on pathology image-text pairs from Twitter (``vinid/plip``).
 
-    Licence: the hub card carries no standard licence tag; the PLIP authors
-    release it for research use (check the card before other use).
+    Licence: the PRISM README lists it as "Custom"; the hub card carries no
+    standard licence tag and the PLIP authors release it for research use
+    (``licence_note``; check the card before other use).
     """
 
     name = "plip"
     display_name = "PLIP"
     hub_id = "vinid/plip"
-    licence = "research use (see vinid/plip card)"
+    licence = "Custom, research use"
+    licence_source = "PRISM README (prism-bench), model table ('Custom'); https://huggingface.co/vinid/plip"
+    licence_date = "2026-12-02"
+    licence_note = ("sources differ in wording: the PRISM README lists the licence as 'Custom'; the "
+                    "vinid/plip card carries no standard licence tag and its authors release the model "
+                    "for research use (the card as recorded on 2026-11-29, not re-read offline): check "
+                    "the card before any other use")
     gated = False
     #: CLIP's WIT-400M, then OpenPath (pathology image-text pairs from Twitter and LAION)
     pretraining_data = ("WIT-400M", "OpenPath")
@@ -128,6 +137,10 @@ class CLIPLarge(CLIPVisionFoundation):
     display_name = "CLIP-L"
     hub_id = "openai/clip-vit-large-patch14"
     licence = "MIT"
+    licence_source = "https://huggingface.co/openai/clip-vit-large-patch14 (hub tag)"
+    licence_date = "2026-12-01"
+    licence_note = ("the hub tag as recorded when the adapter was written; the PRISM README's table has "
+                    "only the ViT-B/32 CLIP (MIT)")
     gated = False
     architecture = "CLIP ViT-L/14 vision tower (transformers), 24 blocks"
     arch_short = "ViT-L/14 (transformers)"

@@ -18,6 +18,10 @@ DEMO_ARCH = "vit_tiny_patch16_224"
 
 class DemoViT(TimmAdapter):
     licence = "Apache-2.0 (timm architecture, random weights)"
+    licence_source = "timm's package metadata (License: Apache-2.0, timm 1.0.31): the architecture's code; no weights"
+    licence_date = "2026-12-02"
+    #: no hub weights (``ls adapters``: gated n/a)
+    gated = None
 
     def __init__(self, **kwargs: Any):
         kwargs.setdefault("pretrained", False)

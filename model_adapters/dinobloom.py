@@ -53,6 +53,9 @@ class _DinoBloom(DinoV2Family):
     """
 
     licence = "Apache-2.0"
+    licence_source = ("https://huggingface.co/1aurent/vit_small_patch14_224.dinobloom (and the base/large/giant "
+                      "copies; the card links the marrlab/DinoBloom LICENSE)")
+    licence_date = "2026-12-02"
     gated = False
     profiles = {"audit": DINOBLOOM_AUDIT, "model_card": DINOBLOOM_CARD}
     default_profile = "audit"

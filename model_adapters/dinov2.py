@@ -155,6 +155,11 @@ class _DINOv2(DinoV2Family):
     """
 
     licence = "Apache-2.0"
+    licence_source = ("https://huggingface.co/timm/vit_small_patch14_dinov2.lvd142m (and the base/large copies; "
+                      "Meta's facebookresearch/dinov2 repository)")
+    licence_date = "2026-12-01"
+    licence_note = ("as recorded when the adapter was written; DINOv2's weights were first released "
+                    "under CC-BY-NC-4.0 (the tag RedDino's timm export still carries)")
     gated = False
     profiles = {"audit": DINOV2_AUDIT, "model_card": DINOV2_CARD}
     default_profile = "audit"

@@ -34,6 +34,9 @@ class EVA02B(TimmFoundation):
     display_name = "EVA-02-B"
     hub_id = "timm/eva02_base_patch14_224.mim_in22k"
     licence = "MIT"
+    licence_source = "https://huggingface.co/timm/eva02_base_patch14_224.mim_in22k (hub tag)"
+    licence_date = "2026-12-01"
+    licence_note = "the hub tag as recorded when the adapter was written"
     gated = False
     architecture = "EVA-02 ViT-B/14, SwiGLU + RoPE (timm eva02_base_patch14_224), 12 blocks"
     arch_short = "EVA-02 ViT-B/14 (timm)"

@@ -28,6 +28,8 @@ from prism_plugin.embed.adapter import (
     choose_profile,
     dtype_name,
     file_content_digest,
+    hub_weights,
+    load_revision,
     parse_bool,
     parse_dtype,
     parse_int,
@@ -67,7 +69,14 @@ class FoundationAdapter(Adapter):
     # -- declared by each model -------------------------------------------
     display_name: ClassVar[str] = ""
     hub_id: ClassVar[str] = ""
+    #: the licence as a short (SPDX-like) name; ``licence_source`` says where it is stated (hub card URL, the
+    #: PRISM package README, a paper), ``licence_date`` the ISO date that source was read or the licence changed,
+    #: ``licence_note`` what another source says where they differ (docs/models.md, Licences)
     licence: ClassVar[str] = ""
+    licence_source: ClassVar[str] = ""
+    licence_date: ClassVar[str] = ""
+    licence_note: ClassVar[str] = ""
+    #: the hub asks its users to accept the model's terms before the files download (``ls adapters``' gated column)
     gated: ClassVar[bool] = True
     #: human description of the network, e.g. "ViT-L/16 (timm vit_large_patch16_224), 24 blocks"
     architecture: ClassVar[str] = ""
@@ -123,11 +132,11 @@ class FoundationAdapter(Adapter):
 
     @classmethod
     def ls_description(cls) -> str:
-        """One line for ``prism-run ls adapters``: architecture, dim, recipes, licence, hub id."""
+        """One line for ``prism-run ls adapters``: architecture, dim, recipes, licence, hub id (gating and the
+        licence's date are columns of their own)."""
         others = ", ".join(f"{k} {v}" for k, v in cls.poolings.items() if k != cls.default_pooling)
-        gated = " (gated)" if cls.gated else ""
         return (f"{cls.display_name} {cls.arch_short}; {cls.poolings[cls.default_pooling]}-d {cls.default_pooling}"
-                f"{' [' + others + ']' if others else ''}; {cls.licence}{gated}; {cls.hub_id}")
+                f"{' [' + others + ']' if others else ''}; {cls.licence}; {cls.hub_id}")
 
     # -- to implement ----------------------------------------------------------
     def create_model(self, **overrides: Any):
@@ -167,7 +176,8 @@ class FoundationAdapter(Adapter):
             import torch
 
             return f"random-init:seed={self.seed}:torch={torch.__version__.split('+')[0]}"
-        return f"hub:{self.hub_id}@{self.revision or 'main'}"
+        # the commit the weights are loaded from (resolved before any extraction: part of the cache key)
+        return hub_weights(self, self.hub_id, self.revision, self.weight_files)
 
     # -- weights ------------------------------------------------------------------
     def _checkpoint_file(self) -> Path:
@@ -188,7 +198,7 @@ class FoundationAdapter(Adapter):
         if not self.pretrained:
             return None
         return download_weights(self.hub_id, self.weight_files, model=self.display_name, gated=self.gated,
-                                revision=self.revision)
+                                revision=load_revision(self, self.hub_id, self.revision))
 
     def load_weights(self, model, state: dict[str, Any], source: Path, *, assign: bool = False) -> None:
         """Load an adapted state dict, strictly: every weight present, right shapes, nothing foreign."""

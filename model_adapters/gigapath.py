@@ -33,7 +33,14 @@ class GigaPath(TimmFoundation):
     name = "gigapath"
     display_name = "GigaPath"
     hub_id = "prov-gigapath/prov-gigapath"
-    licence = "Apache-2.0 terms, research use only"
+    licence = "Microsoft Research License"
+    licence_source = ("PRISM README (prism-bench), model table; https://huggingface.co/prov-gigapath/prov-gigapath "
+                      "(licence changed 2025-03-22)")
+    licence_date = "2025-03-22"
+    licence_note = ("the hub repository's licence changed on 2025-03-22; before, its access terms read "
+                    "'Apache-2.0 terms, research use only' (this adapter's former record), and the "
+                    "prov-gigapath-flash card's model-family table still lists GigaPath as Apache-2.0: "
+                    "check the card before use")
     gated = True
     architecture = "ViT-g, patch 16, SwiGLU (timm vit_giant_patch14_dinov2), 40 blocks"
     arch_short = "ViT-g/16 SwiGLU (timm)"

@@ -138,7 +138,9 @@ class HFVisionAdapter(Adapter):
             files = sorted(p for p in Path(self.repo).expanduser().iterdir()
                            if p.suffix in (".safetensors", ".bin") and p.is_file())
             return "files:" + ",".join(f"{p.name}={file_content_digest(p)}" for p in files)
-        return f"hub:{self.repo}@{self.revision or 'main'}"
+        from prism_plugin.embed.adapter import hub_weights
+
+        return hub_weights(self, self.repo, self.revision, ("model.safetensors", "pytorch_model.bin"))
 
     def build(self, device) -> None:
         import torch
@@ -154,7 +156,11 @@ class HFVisionAdapter(Adapter):
                 prepare_hub()
             source = str(Path(self.repo).expanduser()) if self.local else self.repo
             try:
-                model = transformers.AutoModel.from_pretrained(source, revision=self.revision,
+                from prism_plugin.embed.adapter import load_revision
+
+                # the commit the fingerprint named (the cache key's), not whatever the branch points at by now
+                revision = None if self.local else load_revision(self, self.repo, self.revision)
+                model = transformers.AutoModel.from_pretrained(source, revision=revision,
                                                                trust_remote_code=self.trust_remote_code)
             except Exception as exc:  # noqa: BLE001 - one clear error instead of a traceback
                 if self.local:

@@ -36,6 +36,9 @@ class ImageNetViTB(TimmFoundation):
     display_name = "ImageNet-ViT-B"
     hub_id = "timm/vit_base_patch16_224.augreg2_in21k_ft_in1k"
     licence = "Apache-2.0"
+    licence_source = "https://huggingface.co/timm/vit_base_patch16_224.augreg2_in21k_ft_in1k (hub tag)"
+    licence_date = "2026-12-01"
+    licence_note = "the hub tag as recorded when the adapter was written"
     gated = False
     architecture = "ViT-B/16 (timm vit_base_patch16_224), 12 blocks, width 768"
     arch_short = "ViT-B/16 (timm)"
@@ -90,6 +93,10 @@ class _TorchvisionResNet(TimmCNNFoundation):
     """
 
     licence = "BSD-3-Clause"
+    licence_source = ("torchvision's licence (its IMAGENET1K_V1 weights); "
+                      "https://huggingface.co/timm/resnet50.tv_in1k and https://huggingface.co/timm/resnet18.tv_in1k")
+    licence_date = "2026-12-01"
+    licence_note = "as recorded when the adapters were written"
     gated = False
     timm_kwargs = {"num_classes": 0, "global_pool": "avg"}
     default_pooling = "pooled"
@@ -121,13 +128,20 @@ class ResNet50(_TorchvisionResNet):
 
 
 class ResNet18(_TorchvisionResNet):
-    """ResNet-18, the audit's supervised CNN baseline (torchvision V1 weights via ``timm/resnet18.tv_in1k``): **512-d**.
+    """ResNet-18 (torchvision V1 weights via ``timm/resnet18.tv_in1k``): **512-d**; the audit's CNN baseline.
 
-    Unverified offline: papers/002 lists "a supervised ResNet-18 baseline" beside the 15 frozen
-    encoders without saying whether it was used frozen (ImageNet weights, this default) or fine-tuned
-    on the source domain; for the latter pass the fine-tuned weights with ``--model-args
-    checkpoint=PATH`` (a timm/torchvision ``resnet18`` state dict; its ``fc`` is ignored) and declare
-    ``pretraining_data=ImageNet-1k+<source dataset>``.
+    What differs from the audit's baseline: papers/002 lists "a supervised ResNet-18 baseline" apart
+    from its 15 *frozen* encoders, which we read as trained on its source (Acevedo); the text says no
+    more. This default is frozen ImageNet-1k (supervised on ImageNet only, never on blood cells), i.e.
+    one more frozen encoder, not that baseline. Unverified offline: how the baseline was trained; the
+    audit publishes none of its settings (init, optimiser, learning rate, epochs, batch size,
+    augmentation, seed), so it cannot be reproduced exactly; ``prism-run fit-baseline
+    --task hema_acevedo --output DIR`` fits one on the source task's train split (the 70 % a run's probe
+    sees) with our recorded defaults (ImageNet init, SGD, cross-entropy, this adapter's preprocessing;
+    ``DIR/baseline.json``), and ``--model resnet18 --model-args checkpoint=DIR/pytorch_model.bin``
+    embeds with it (a timm/torchvision ``resnet18`` state dict; its ``fc`` is ignored; the file's content
+    digest is the weights identity, so the cache key differs from the default's). Declare what it saw
+    with ``pretraining_data=ImageNet-1k+Acevedo``. Either way the probe on top is the task's own.
     """
 
     name = "resnet18"

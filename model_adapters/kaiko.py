@@ -70,6 +70,8 @@ class Midnight(FoundationAdapter):
     display_name = "MIDNIGHT"
     hub_id = "kaiko-ai/midnight"
     licence = "MIT"
+    licence_source = "PRISM README (prism-bench), model table; https://huggingface.co/kaiko-ai/midnight"
+    licence_date = "2026-12-02"
     gated = False
     architecture = "DINOv2 ViT-g/14, SwiGLU (transformers Dinov2Model), 40 blocks"
     arch_short = "ViT-g/14 SwiGLU (transformers)"

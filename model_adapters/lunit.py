@@ -38,6 +38,9 @@ class _LunitDINO(TimmFoundation):
     """
 
     licence = "Lunit non-commercial"
+    licence_source = ("https://huggingface.co/1aurent/vit_small_patch16_224.lunit_dino (and patch8; hub tag "
+                      "lunit-non-commercial)")
+    licence_date = "2026-12-02"
     gated = False
     default_pooling = "cls"
     profiles = {"audit": LUNIT_AUDIT, "model_card": LUNIT_CARD}

@@ -39,6 +39,8 @@ class UNI(TimmFoundation):
     display_name = "UNI"
     hub_id = "MahmoodLab/UNI"
     licence = "CC-BY-NC-ND-4.0"
+    licence_source = "PRISM README (prism-bench), model table; https://huggingface.co/MahmoodLab/UNI"
+    licence_date = "2026-12-02"
     gated = True
     architecture = "ViT-L/16 (timm vit_large_patch16_224, LayerScale 1e-5), 24 blocks"
     arch_short = "ViT-L/16 (timm)"
@@ -89,6 +91,8 @@ class CONCH(FoundationAdapter):
     display_name = "CONCH"
     hub_id = "MahmoodLab/CONCH"
     licence = "CC-BY-NC-ND-4.0"
+    licence_source = "PRISM README (prism-bench), model table; https://huggingface.co/MahmoodLab/CONCH"
+    licence_date = "2026-12-02"
     gated = True
     architecture = "CoCa image tower: ViT-B/16 at 448 px + attentional pooler (conch-fork), 12 blocks"
     arch_short = "ViT-B/16@448 + attn pool (conch-fork)"

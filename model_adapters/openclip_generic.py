@@ -15,6 +15,12 @@ Preprocessing: the pretrained config's mean/std/interpolation and the model's
 image size, Resize (shorter side) + CenterCrop, as open_clip's validation
 transform (``resize_mode=squash`` models are resized the same way, which is
 identical for square tiles). ``dtype`` (default ``fp32``) sets CUDA autocast.
+
+Hub weights (a tag whose weights live on the hub, or ``hf-hub:``) are loaded at the commit the embedding identity
+records: ``revision`` (``--model-args``, default ``main``; a branch, tag or 40-hex commit) is resolved to a commit
+once (:func:`prism_plugin.embed.hub.resolve_revision`), the files of that commit are fetched (or found in the hub
+cache) and open_clip builds from them (``pretrained=<file>``; ``local-dir:<snapshot>`` for ``hf-hub:``), so open_clip
+never downloads whatever ``main`` is by then. A tag whose weights are a plain URL is loaded as open_clip names it.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from prism_plugin.embed.adapter import (
     parse_dtype,
     parse_int,
 )
+import os
+
 from prism_plugin.embed.hub import classify, describe_failure, download_weights, prepare_hub, weights_error
 from prism_plugin.errors import PrismError, suggest
 
@@ -62,7 +70,8 @@ class OpenCLIPAdapter(Adapter):
 
     licence = "per model (see the open_clip pretrained table / hub card)"
 
-    def __init__(self, spec: str, *, checkpoint: Any = None, dtype: Any = "fp32", seed: Any = 0, **base: Any):
+    def __init__(self, spec: str, *, checkpoint: Any = None, dtype: Any = "fp32", seed: Any = 0, revision: Any = None,
+                 **base: Any):
         super().__init__(**base)
         open_clip = _open_clip()
         if not spec:
@@ -80,7 +89,12 @@ class OpenCLIPAdapter(Adapter):
                              "--model-args checkpoint=PATH, not both")
         self.autocast_dtype = parse_dtype(dtype)
         self.seed = parse_int(seed, "seed", 0)
+        self.revision = str(revision).strip() if revision not in (None, "") else None
+        self.hub_file = ""  # the weight file a tag names in its repository ("" = open_clip's default names)
         model_cfg, pre = self._configs(open_clip)
+        if self.revision is not None and not self.hub_repo:
+            raise PrismError(f"--model-args revision={self.revision}: a revision applies to hub weights; "
+                             f"open_clip:{spec} loads none from the hub (drop revision=)")
         self.embed_dim = int(model_cfg["embed_dim"])
         size = model_cfg.get("vision_cfg", {}).get("image_size", 224)
         size = int(size[0] if isinstance(size, (list, tuple)) else size)
@@ -94,14 +108,15 @@ class OpenCLIPAdapter(Adapter):
 
     @classmethod
     def accepted_args(cls) -> set[str]:
-        return super().accepted_args() | {"checkpoint", "dtype", "seed"}
+        return super().accepted_args() | {"checkpoint", "dtype", "seed", "revision"}
 
     # -- configuration without weights -------------------------------------------------
     def _configs(self, open_clip) -> tuple[dict[str, Any], dict[str, Any]]:
         if self.arch.startswith(HF_PREFIX):
             repo = self.arch[len(HF_PREFIX):]
             self.hub_id = repo
-            path = download_weights(repo, ("open_clip_config.json",), model=self.name, gated=False)
+            path = download_weights(repo, ("open_clip_config.json",), model=self.name, gated=False,
+                                    revision=self._loaded_commit())  # the config of the commit loaded
             cfg = json.loads(path.read_text())
             return cfg["model_cfg"], cfg.get("preprocess_cfg", {})
         if self.arch.startswith(LOCAL_PREFIX):
@@ -120,14 +135,22 @@ class OpenCLIPAdapter(Adapter):
                 tags = open_clip.list_pretrained_tags_by_model(self.arch)
                 raise PrismError(f"open_clip {self.arch} has no pretrained tag {self.tag!r}"
                                  f"{suggest(self.tag, tags) or '; known: ' + ', '.join(tags[:8])}")
-            self.hub_id = str(pre.get("hf_hub") or "").strip("/") or str(pre.get("url") or "")
+            hf_hub = str(pre.get("hf_hub") or "")
+            if hf_hub:  # open_clip's 'org/repo/<file>' spelling ('org/repo/' = its default file names)
+                repo, self.hub_file = os.path.split(hf_hub)
+                self.hub_id = repo.strip("/")
+            else:
+                self.hub_id = str(pre.get("url") or "")
         pre.update(model_cfg.get("preprocess_cfg", {}) if not self.tag else {})
         return model_cfg, pre
 
     # -- identity --------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
-        return {**super().config(), "spec": self.spec, "dtype": dtype_name(self.autocast_dtype),
-                "seed": self.seed if self.random_init else None}
+        cfg = {**super().config(), "spec": self.spec, "dtype": dtype_name(self.autocast_dtype),
+               "seed": self.seed if self.random_init else None}
+        if self.revision is not None:  # absent by default: the keys of caches written before revision= existed
+            cfg["revision"] = self.revision
+        return cfg
 
     @property
     def random_init(self) -> bool:
@@ -140,7 +163,53 @@ class OpenCLIPAdapter(Adapter):
             import torch
 
             return f"random-init:seed={self.seed}:torch={torch.__version__.split('+')[0]}"
-        return f"open_clip:{self.spec}"
+        repo = self.hub_repo
+        if not repo:
+            return f"open_clip:{self.spec}"
+        from prism_plugin.embed.adapter import hub_weights
+
+        return f"open_clip:{self.spec}:" + hub_weights(self, repo, getattr(self, "revision", None), self.weight_files)
+
+    # -- the hub commit loaded ---------------------------------------------------------
+    @property
+    def hub_repo(self) -> str:
+        """The hub repository the weights come from; ``""`` for a checkpoint, random init, a local folder or a
+        tag whose weights are a download URL."""
+        hub_id = getattr(self, "hub_id", "") or ""
+        if self.checkpoint is not None or self.arch.startswith(LOCAL_PREFIX) or "://" in hub_id:
+            return ""
+        return hub_id
+
+    @property
+    def weight_files(self) -> tuple[str, ...]:
+        """The weight file names open_clip looks for in the repository, its safetensors alternative first."""
+        name = getattr(self, "hub_file", "")
+        if not name:
+            return ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+        if name.endswith((".bin", ".pth")):
+            return (name[:-4] + ".safetensors", name)
+        return (name,)
+
+    def _loaded_commit(self) -> str | None:
+        """The revision the files are fetched at: the commit the weights fingerprint names (resolved once), else
+        the revision name (``None``: the hub's default)."""
+        from prism_plugin.embed.adapter import load_revision
+
+        return load_revision(self, self.hub_repo, getattr(self, "revision", None))
+
+    def _pinned_source(self) -> tuple[str, str | None]:
+        """(model name, pretrained) for open_clip: hub weights as the local files of the commit loaded."""
+        commit = self._loaded_commit()
+        weights = download_weights(self.hub_repo, self.weight_files, model=self.name, gated=False, revision=commit)
+        if self.arch.startswith(HF_PREFIX):  # config and weights of one commit: its snapshot folder
+            config = download_weights(self.hub_repo, ("open_clip_config.json",), model=self.name, gated=False,
+                                      revision=commit)
+            if config.parent != weights.parent:
+                raise PrismError(f"{self.name}: open_clip_config.json and the weights of {self.hub_repo}@{commit} are "
+                                 f"not in one snapshot folder ({config.parent}, {weights.parent}); clear the hub cache "
+                                 "entry of this repository and rerun")
+            return LOCAL_PREFIX + str(weights.parent), None
+        return self.arch, str(weights)
 
     # -- build / forward ---------------------------------------------------------------
     def build(self, device) -> None:
@@ -150,10 +219,13 @@ class OpenCLIPAdapter(Adapter):
         torch.manual_seed(self.seed)
         pretrained = str(self.checkpoint) if self.checkpoint is not None else self.tag
         from_hub = self.checkpoint is None and not self.random_init and not self.arch.startswith(LOCAL_PREFIX)
+        name = self.arch
         if from_hub:
             prepare_hub()
+            if self.hub_repo:  # the files of the commit the identity records, never the hub's main of the day
+                name, pretrained = self._pinned_source()
         try:
-            model = open_clip.create_model(self.arch, pretrained=pretrained, device=device,
+            model = open_clip.create_model(name, pretrained=pretrained, device=device,
                                            require_pretrained=not self.random_init)
         except Exception as exc:  # noqa: BLE001 - turned into one clear message
             if not from_hub:

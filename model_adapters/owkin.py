@@ -66,6 +66,10 @@ class Phikon(FoundationAdapter):
     display_name = "Phikon"
     hub_id = "owkin/phikon"
     licence = "Owkin non-commercial (other)"
+    licence_source = ("https://huggingface.co/owkin/phikon (card: Owkin non-commercial license, "
+                      "github.com/owkin/HistoSSLscaling LICENSE.txt)")
+    licence_date = "2026-12-02"
+    licence_note = "hub tag 'other'; the licence text grants its rights to non-profit entities only"
     gated = False
     architecture = "iBOT ViT-B/16 (transformers ViTModel), 12 blocks, width 768"
     arch_short = "ViT-B/16 (transformers)"

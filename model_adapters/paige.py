@@ -36,6 +36,8 @@ class Virchow2(TimmFoundation):
     display_name = "VIRCHOW2"
     hub_id = "paige-ai/Virchow2"
     licence = "CC-BY-NC-ND-4.0"
+    licence_source = "PRISM README (prism-bench), model table; https://huggingface.co/paige-ai/Virchow2"
+    licence_date = "2026-12-02"
     gated = True
     architecture = "ViT-H/14 + 4 registers, SwiGLU (timm vit_huge_patch14_224), 32 blocks"
     arch_short = "ViT-H/14+4reg SwiGLU (timm)"

@@ -31,6 +31,8 @@ class PrecomputedAdapter(Adapter):
     display_name = "precomputed"
     input_kind = "features"
     licence = "n/a (user's arrays)"
+    #: no hub weights (``ls adapters``: gated n/a)
+    gated = None
 
     def __init__(self, *, root: str | None = None, path: str | None = None, name: str | None = None, **base: Any):
         base.setdefault("normalize", False)

@@ -41,7 +41,11 @@ class _RedDino(DinoV2Family):
     exported timm config carries DINOv2's former ``cc-by-nc-4.0`` tag); revision (``main``).
     """
 
-    licence = "Apache-2.0 (hub tag)"
+    licence = "Apache-2.0"
+    licence_source = "https://huggingface.co/Snarcy/RedDino-small (and -base, -large; hub tag apache-2.0)"
+    licence_date = "2026-12-02"
+    licence_note = ("the hub tag says Apache-2.0 while the exported timm config carries DINOv2's former "
+                    "cc-by-nc-4.0 tag")
     gated = False
     profiles = {"audit": REDDINO_AUDIT, "model_card": REDDINO_CARD}
     default_profile = "audit"

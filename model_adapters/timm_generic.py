@@ -2,8 +2,16 @@
 
 ``--model-args``: ``pretrained`` (default true; false = random weights seeded by ``seed``, default 0),
 ``checkpoint=PATH``, ``pooling`` (``default`` = timm's head-less output, ``cls``, ``mean`` of patch tokens,
-``cls+mean``), ``img_size`` (ViT-style models), ``dtype`` (CUDA autocast, default ``fp32``), plus
-``normalize``, ``batch_size``, ``device`` (see the adapter base).
+``cls+mean``), ``img_size`` (ViT-style models), ``dtype`` (CUDA autocast, default ``fp32``), ``revision`` (the
+hub revision of pretrained weights: a branch, tag or 40-hex commit; default ``main``), plus ``normalize``,
+``batch_size``, ``device`` (see the adapter base).
+
+Pretrained hub weights are loaded at the commit the embedding identity records
+(:func:`prism_plugin.embed.adapter.load_revision`): the revision is resolved to a commit once
+(:func:`prism_plugin.embed.hub.resolve_revision`) and timm is given ``<repo>@<commit>`` (its own spelling of a
+revision: ``hf-hub:<repo>@<commit>`` for a hub architecture, the ``hf_hub_id`` of the pretrained config for a
+timm tag), so timm never downloads whatever ``main`` is by then. A timm tag whose weights are a plain URL (no
+hub id) is loaded as timm names it.
 
 Hub weights (``pretrained=true``, including ``timm:hf-hub:<repo>``) are fetched
 after :func:`prism_plugin.embed.hub.prepare_hub`: offline (``--offline``,
@@ -33,7 +41,8 @@ class TimmAdapter(Adapter):
     licence = "per model (see the timm / HF model card)"
 
     def __init__(self, arch: str, *, pretrained: Any = True, checkpoint: str | None = None,
-                 pooling: str = "default", img_size: Any = None, seed: Any = 0, dtype: Any = "fp32", **base: Any):
+                 pooling: str = "default", img_size: Any = None, seed: Any = 0, dtype: Any = "fp32",
+                 revision: Any = None, **base: Any):
         super().__init__(**base)
         self.autocast_dtype = parse_dtype(dtype)
         import timm
@@ -58,13 +67,24 @@ class TimmAdapter(Adapter):
             from prism_plugin.errors import suggest
 
             raise PrismError(f"timm has no architecture {arch!r}{suggest(arch, known)}")
+        self.revision = str(revision).strip() if revision not in (None, "") else None
+        if self.revision is not None:
+            named = (self.hub_id or self._pretrained_hub_id()).partition("@")[2]
+            if not self.pretrained or self.checkpoint is not None or not (self.hub_id or self._pretrained_hub_id()):
+                raise PrismError(f"--model-args revision={self.revision}: a revision applies to pretrained hub weights; "
+                                 f"timm:{arch} {'loads no hub weights here' if self.pretrained else 'is random-init'} "
+                                 "(drop revision=, or use pretrained=true without checkpoint=)")
+            if named and named != self.revision:
+                raise PrismError(f"--model-args revision={self.revision}: timm:{arch} already names revision "
+                                 f"{named!r}; give one of them")
         self._model = None
         # Build on the meta device to learn the width and the data config without weights.
         self._probe_shape()
 
     @classmethod
     def accepted_args(cls) -> set[str]:
-        return super().accepted_args() | {"pretrained", "checkpoint", "pooling", "img_size", "seed", "dtype"}
+        return super().accepted_args() | {"pretrained", "checkpoint", "pooling", "img_size", "seed", "dtype",
+                                          "revision"}
 
     def _create_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"num_classes": 0}
@@ -80,9 +100,10 @@ class TimmAdapter(Adapter):
             from prism_plugin.embed import hub
 
             hub.prepare_hub()
+        name = self._timm_name()  # a hub architecture's config.json at the commit its weights come from
         try:
             with torch.device("meta"):
-                model = timm.create_model(self.arch, pretrained=False, **self._create_kwargs())
+                model = timm.create_model(name, pretrained=False, **self._create_kwargs())
         except Exception as exc:
             if self.hub_id:
                 from prism_plugin.embed import hub
@@ -112,6 +133,8 @@ class TimmAdapter(Adapter):
                "seed": None if self.pretrained or self.checkpoint else self.seed}
         if self.autocast_dtype is not None:  # fp32 keeps the keys of caches written before dtype existed
             cfg["dtype"] = dtype_name(self.autocast_dtype)
+        if self.revision is not None:  # absent by default: the keys of caches written before revision= existed
+            cfg["revision"] = self.revision
         return cfg
 
     def weights_fingerprint(self) -> str:
@@ -126,7 +149,58 @@ class TimmAdapter(Adapter):
             import torch
 
             return f"random-init:seed={self.seed}:timm={timm.__version__}:torch={torch.__version__.split('+')[0]}"
-        return f"timm-pretrained:{self.arch}"
+        # timm's pretrained weights live on the hub: name the commit (a timm tag without a hub id keeps the name)
+        hub_id, revision = self._hub_source()
+        if not hub_id:
+            return f"timm-pretrained:{self.arch}"
+        from prism_plugin.embed.adapter import hub_weights
+
+        return f"timm-pretrained:{self.arch}:" + hub_weights(self, hub_id, revision, self._weight_files())
+
+    # -- the hub commit loaded ----------------------------------------------------------
+    def _hub_source(self) -> tuple[str, str | None]:
+        """(hub repository, revision asked for) of the pretrained weights; ``("", None)`` when they are not a hub
+        model's (random-init, a checkpoint, a timm tag with a URL only)."""
+        if not self.pretrained or self.checkpoint is not None:
+            return "", None
+        repo, _, named = (self.hub_id or self._pretrained_hub_id()).partition("@")  # timm's repo@revision spelling
+        return repo, (getattr(self, "revision", None) or named or None)
+
+    def _weight_files(self) -> tuple[str, ...]:
+        import timm
+
+        try:
+            name = getattr(timm.models.get_pretrained_cfg(self.arch), "hf_hub_filename", None) if not self.hub_id else None
+        except Exception:  # noqa: BLE001 - an hf-hub: architecture has no registered config
+            name = None
+        return (name,) if name else ("model.safetensors", "pytorch_model.bin")
+
+    def _loaded_commit(self) -> str | None:
+        """The revision timm downloads the weights (and a hub architecture's config) at: the commit the weights
+        fingerprint names (resolved once), else the revision name; ``None`` when not hub weights."""
+        repo, revision = self._hub_source()
+        if not repo:
+            return None
+        from prism_plugin.embed.adapter import load_revision
+
+        return load_revision(self, repo, revision)
+
+    def _timm_name(self) -> str:
+        """The name timm builds: a hub architecture as ``hf-hub:<repo>@<commit>`` (config and weights of that
+        commit), anything else as given."""
+        if not self.hub_id or not self.pretrained or self.checkpoint is not None:
+            return self.arch
+        commit = self._loaded_commit()
+        return f"hf-hub:{self.hub_id.partition('@')[0]}@{commit}" if commit else self.arch
+
+    def _pinned_overlay(self) -> dict[str, Any]:
+        """``pretrained_cfg_overlay`` of a timm tag whose weights live on the hub: its ``hf_hub_id`` at the
+        commit (timm downloads ``<repo>@<commit>``)."""
+        if self.hub_id:
+            return {}
+        repo, _ = self._hub_source()
+        commit = self._loaded_commit() if repo else None
+        return {"pretrained_cfg_overlay": {"hf_hub_id": f"{repo}@{commit}"}} if commit else {}
 
     def build(self, device) -> None:
         import timm
@@ -139,7 +213,11 @@ class TimmAdapter(Adapter):
         if pretrained:
             hub.prepare_hub()  # offline or no network: the hub client answers from its cache, no retries
         try:
-            model = timm.create_model(self.arch, pretrained=pretrained, **self._create_kwargs())
+            pin = self._pinned_overlay() if pretrained else {}
+            model = timm.create_model(self._timm_name() if pretrained else self.arch, pretrained=pretrained,
+                                      **self._create_kwargs(), **pin)
+        except PrismError:
+            raise
         except Exception as exc:
             if not pretrained:
                 raise PrismError(f"timm could not build {self.arch!r}: {type(exc).__name__}: {exc}") from None

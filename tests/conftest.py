@@ -124,7 +124,7 @@ def network_attempts(monkeypatch) -> list[tuple[str, object]]:
 
 #: the optional extra (pyproject.toml) that ships each optional library the tests use
 EXTRA_OF = {"ray": "ray", "datasets": "hf", "pyarrow": "hf", "transformers": "transformers", "open_clip": "clip",
-            "conch": "conch"}
+            "conch": "conch", "eva": "eva", "lightning": "eva"}
 
 
 def needs(module: str):

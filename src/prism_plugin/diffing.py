@@ -15,6 +15,12 @@ would not measure the same thing. A difference in the test data (:data:`DATA_SET
 ``n_test``, or different test labels in the bootstrap artifacts) is diffed with a caution: the delta
 then mixes the model change with the data change, and no CI is paired.
 
+**Embeddings.** The embedding identity of each matched run pair is compared (:func:`compare_embeddings`,
+:mod:`prism_plugin.identity_check`): effective precision, weights, hub commit, preprocessing (and profile), as
+runs.csv and summary.json record them. A difference is not refused (a new checkpoint is what B often is) but
+said per model pair with both values (:attr:`DiffResult.identity`); a side that does not record the identity
+(results written before it was) is said once.
+
 **Metrics.** Every numeric column present on both sides except identity, count, flag and CI columns
 (:func:`diff_metrics`); "better" follows the metric's registered direction
 (:func:`prism_plugin.metrics.descriptions.metric_infos`); a metric without a direction gets deltas and
@@ -92,6 +98,15 @@ class Side:
     level: float | None = None
     notes: list[str] = field(default_factory=list)
     _reps: dict[str, "Replicates | None"] = field(default_factory=dict, repr=False)
+    #: summary.json of each results folder (by ``_base``), for the embedding identity
+    summaries: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+
+    def identity(self, i) -> tuple[dict[str, str], bool]:
+        """Run ``i``'s embedding identity (:func:`prism_plugin.identity_check.row_identity`)."""
+        from prism_plugin.identity_check import row_identity
+
+        row = self.runs.loc[i]
+        return row_identity(row, self.summaries.get(str(row["_base"]), {}))
 
     @property
     def models(self) -> list[str]:
@@ -147,11 +162,12 @@ def load_side(path: str | Path, label: str) -> Side:
     path = Path(path)
     if not path.exists():
         raise PrismError(f"{label} = {path}: no such directory; pass a results directory written by prism-run")
-    frames, settings, levels = [], {}, []
+    frames, settings, levels, summaries = [], {}, [], {}
     for file in find_runs_files([path]):
         df = read_run_table(file, ("fraction", "seed"))
         base = file.parent
         summary = read_summary(base)
+        summaries[str(base)] = summary
         if "task" not in df:
             df = df.assign(task=str(summary.get("task", "")))
         df = df.assign(_base=str(base), _run_id=all_run_ids(df), _file=str(file))
@@ -162,7 +178,7 @@ def load_side(path: str | Path, label: str) -> Side:
         if isinstance(boot, dict) and isinstance(boot.get("level"), (int, float)):
             levels.append(float(boot["level"]))
     runs = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    return Side(label, path, runs, settings, levels[0] if levels else None)
+    return Side(label, path, runs, settings, levels[0] if levels else None, summaries=summaries)
 
 
 # --------------------------------------------------------------------------- matching
@@ -347,6 +363,8 @@ class DiffResult:
     table: pd.DataFrame  # one row per (scope, cell or run, metric)
     cautions: list[str]
     notes: list[str]
+    #: do the matched runs rest on embeddings of the same identity (:mod:`prism_plugin.identity_check`)
+    identity: Any = None
 
     @property
     def cells(self) -> pd.DataFrame:
@@ -441,7 +459,19 @@ def diff(a: Side, b: Side, host=None, level: float | None = None) -> DiffResult:
     table = pd.DataFrame(rows)
     notes.extend(a.notes)
     notes.extend(b.notes)
-    return DiffResult(a, b, m, metrics, lvl, table, cautions, notes)
+    return DiffResult(a, b, m, metrics, lvl, table, cautions, notes, identity=compare_embeddings(a, b, m))
+
+
+def compare_embeddings(a: Side, b: Side, m: Match):
+    """The embedding identity of every matched run pair, compared
+    (:func:`prism_plugin.identity_check.compare_identities`; per model pair)."""
+    from prism_plugin.identity_check import compare_identities
+
+    def model(side: Side, i) -> str:
+        return str(side.runs.at[i, "model"]) if "model" in side.runs else "?"
+
+    return compare_identities(((model(a, ia), *a.identity(ia), model(b, ib), *b.identity(ib))
+                               for _, ia, ib in m.common), (a.label, b.label))
 
 
 def _row(info, d: Delta, level: float) -> dict[str, Any]:
@@ -478,4 +508,5 @@ def gate(result: DiffResult, chosen: Mapping[str, float], ignore_noise: bool = F
 
 
 __all__ = ["DATA_SETTINGS", "DiffResult", "Failure", "IDENTITY", "METRIC_SETTINGS", "Side", "check_settings",
-           "diff", "diff_metrics", "gate", "load_side", "match", "read_replicates", "resolve_metric"]
+           "compare_embeddings", "diff", "diff_metrics", "gate", "load_side", "match", "read_replicates",
+           "resolve_metric"]

@@ -78,6 +78,7 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("classwise", "prism_plugin.metrics.classwise"),
     ("classwise_report", "prism_plugin.report.classwise"),
     ("bootstrap", "prism_plugin.metrics.bootstrap"),
+    ("eva", "prism_plugin.eva_plugin"),  # eva users' embeddings folders: source type + `prism-run eva`
 )
 
 

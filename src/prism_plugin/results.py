@@ -52,7 +52,10 @@ LEADING_COLUMNS = [
     "nll", "nll_scaled",
 ]
 TRAILING_COLUMNS = [
-    "n_val", "n_val_prop", "forced_val_classes", "n_test", "task", "adapter", "probe", "probe_converged", "probe_backend",
+    "n_val", "n_val_prop", "forced_val_classes", "n_test", "task", "adapter",
+    # the embedding identity (prism_plugin.embed.adapter.identity_columns): effective precision, weights, hub commit
+    "precision", "weights", "weights_revision",
+    "probe", "probe_converged", "probe_backend",
     # what the fast solver did (prism_plugin.heads.logistic.FAST_COLUMNS; fast mode only)
     "probe_solver", "probe_iter", "probe_grad_max", "probe_step_max", "probe_decision_bound", "probe_init",
     "probe_choice", "probe_exact_seconds", "probe_trial_seconds", "probe_build_seconds",

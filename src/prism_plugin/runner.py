@@ -19,6 +19,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from prism_plugin import manifest, quality
+from prism_plugin.embed.adapter import identity_columns
 from prism_plugin.errors import PrismError
 from prism_plugin.metrics.descriptions import metric_infos
 from prism_plugin.protocol.grid import GridSpec, RunKey, grid_keys, run_grid, run_suffix
@@ -299,11 +300,13 @@ def _run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
     if not opts.overwrite:  # finished runs of other inputs are never replaced without a word
         _refuse_changed_inputs(results, task, units, saved)
     columns, ident = _identity(task, adapter, results)
+    identity = _embedding_identity(adapter, opts)
+    ident["identity_columns"] = identity_columns(identity)  # each cell records what its embeddings are
     t_grid = time.perf_counter()
     reused, stale, shared_fits = _run_units(task, adapter, host, opts, units, saved, loaded, results, ident)
     grid_seconds = time.perf_counter() - t_grid
     _log_stale(task, stale, opts.log)
-    rows, ids = _assemble(task, adapter, units, results, columns)
+    rows, ids = _assemble(task, adapter, units, results, columns, identity_columns(identity))
     runs = rows_to_frame(rows)
     results.write_runs(runs)  # first invalidates a summary/report of other content (a kill leaves no mismatch)
     gone = [n for n in results.invalidated if n.startswith("report.")]
@@ -311,6 +314,8 @@ def _run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
         opts.log(f"{task.name}: removed {' and '.join(gone)} of {results.path}: they described the earlier "
                  f"runs.csv (`prism-run report {results.path}` rebuilds them)")
     flags, collapsed, degenerate = _flag_runs(task, adapter, host, opts, runs, rows, ids, infos)
+    flags = flags + _identity_flags(task, adapter, identity, ids, opts)
+    runs.attrs["flags"] = [f.to_dict() for f in flags]
     by_seed = len(loaded) > 1
 
     def per_seed(field_name: str) -> Any:
@@ -325,6 +330,8 @@ def _run_job(task: TaskConfig, adapter, host, opts: JobOptions) -> JobResult:
         "adapter": adapter.describe(),
         # the adapter's declared pretraining datasets (None = not declared); never part of a fingerprint
         "pretraining_data": _pretraining_data(adapter),
+        # what the embeddings are: the precision they were computed in and the weights' hub commit
+        "embedding_identity": identity,
         "resolved_task": task.resolved(),
         "n_runs": len(rows),
         **({"grid": {"split_seeds": list(task.split_seeds),
@@ -496,9 +503,35 @@ def _log_stale(task: TaskConfig, stale: list[dict[str, str]], log: Callable[[str
             f"({', '.join(cells[:3])}{', ...' if len(cells) > 3 else ''})")
 
 
+def _embedding_identity(adapter, opts: JobOptions) -> dict[str, Any]:
+    """:func:`~prism_plugin.embed.adapter.embedding_identity` of the job's adapter (its device bound as the
+    loader bound it; the hub commit as the loader resolved it)."""
+    from prism_plugin.data.datacache import using_cache_dir
+    from prism_plugin.embed.adapter import bind_extraction_device, embedding_identity
+
+    bind_extraction_device(adapter, getattr(opts, "device", "auto") or "auto")
+    with using_cache_dir(getattr(opts, "cache_dir", None)):
+        return embedding_identity(adapter)
+
+
+def _identity_flags(task: TaskConfig, adapter, identity: dict[str, Any], ids: list[str],
+                    opts: JobOptions) -> list:
+    """The embedding identity's notes as flags of every run (source ``embeddings``), each said on the console."""
+    out = [quality.Flag(n["check"], n["level"] if n["level"] in quality.LEVELS else "warning", n["message"],
+                        len(ids), len(ids), tuple(ids), source="embeddings")
+           for n in identity.get("notes") or ()]
+    for line in quality.console_lines(out, f"{adapter.display_name} on {task.name}"):
+        opts.log(line)
+    return out
+
+
 def _assemble(task: TaskConfig, adapter, units: list[_Unit], results: ResultsDir,
-              columns: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The rows and run ids of the job, read back from the persisted cells: resumed == uninterrupted."""
+              columns: dict[str, Any], identity: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows and run ids of the job, read back from the persisted cells: resumed == uninterrupted.
+
+    ``identity``: the embedding identity columns (precision, weights, hub commit) of every row; a cell is
+    reused only when the adapter's fingerprint, which holds them, matches, so rows saved before these columns
+    existed get them too."""
     rows, ids = [], []
     for unit in units:
         for key in unit.keys:
@@ -509,7 +542,8 @@ def _assemble(task: TaskConfig, adapter, units: list[_Unit], results: ResultsDir
             # the identity columns as the task gives them now (a descriptive key such as `shift`, declared
             # after the cell was saved, is not in its fingerprint), in the order of a fresh row
             rows.append({"model": adapter.display_name, **columns,
-                         **{k: v for k, v in row.items() if k != "model" and k not in columns}})
+                         **{k: v for k, v in row.items() if k != "model" and k not in columns},
+                         **(identity or {})})
             ids.append(cid)
     return rows, ids
 

@@ -303,7 +303,8 @@ def test_ls_adapters_lists_the_catalogue_with_dim_input_and_pretraining(capsys):
         line = rows[name]
         assert _cell(lines, line, "dim") == str(CARDS[name][4])
         assert _cell(lines, line, "input") == "224"
-        assert _cell(lines, line, "licence") == cls.licence and cls.hub_id in line
+        assert _cell(lines, line, "licence") == f"{cls.licence} ({cls.licence_date})" and cls.hub_id in line
+        assert _cell(lines, line, "gated") == ("yes" if cls.gated else "no")
         expected = "+".join(cls.pretraining_data) if cls.pretraining_data else "-"
         assert _cell(lines, line, "pretrained on") == expected
     assert _cell(lines, rows["dinobloom_l"], "resize/crop interp mean-std") == "224/224 bicubic imagenet"

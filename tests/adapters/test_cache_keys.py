@@ -10,8 +10,10 @@ from prism_plugin.embed.cache import EmbeddingCache
 from .adapters_support import EIGHT, adapter_class
 
 
-def key(adapter, tmp_path) -> str:
-    return EmbeddingCache(tmp_path).entry(adapter.fingerprint(), "dataset-fp", "train").key
+def key(adapter, tmp_path, on: str | None = None) -> str:
+    """The cache key of ``adapter``'s train split; ``on``: as extracted on that device type (the precision
+    in the key is the effective one: autocast applies on CUDA only)."""
+    return EmbeddingCache(tmp_path).entry(adapter.fingerprint(device_type=on), "dataset-fp", "train").key
 
 
 @pytest.mark.parametrize("name", list(EIGHT))
@@ -25,8 +27,10 @@ def test_profile_pooling_dtype_and_revision_change_the_key(name, tmp_path):
         if pooling != cls.default_pooling:
             assert key(cls(pooling=pooling), tmp_path) != base
     other = "bf16" if cls().config()["dtype"] == "fp32" else "fp32"  # prism_main's default is fp32 (PRISM's)
-    assert key(cls(dtype=other), tmp_path) != base
-    assert key(cls(profile="prism_camelyon17"), tmp_path) != base
+    assert key(cls(dtype=other), tmp_path, on="cuda") != key(cls(), tmp_path, on="cuda")
+    # off CUDA no autocast runs: a reduced precision computes (and is keyed as) fp32
+    assert key(cls(dtype="bf16"), tmp_path, on="cpu") == key(cls(dtype="fp32"), tmp_path, on="cpu")
+    assert key(cls(profile="prism_camelyon17"), tmp_path, on="cuda") != key(cls(), tmp_path, on="cuda")
     assert key(cls(revision="0123abc"), tmp_path) != base
     assert key(cls(normalize=False), tmp_path) != base
     assert key(cls(pretrained=False), tmp_path) != base

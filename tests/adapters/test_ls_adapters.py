@@ -11,7 +11,7 @@ from prism_plugin.plugins import PluginHost
 from .adapters_support import EIGHT, adapter_class
 
 HEADER = ("adapter", "dim", "input", "resize/crop interp mean-std", "licence", "pretrained on", "aliases", "description",
-          "from")
+          "gated", "from")
 
 
 def _table(out: str) -> tuple[list[str], dict[str, str]]:
@@ -36,9 +36,9 @@ def test_ls_adapters_shows_the_eight_and_the_generic_families(capsys):
         cls = adapter_class(name)
         line = rows[name]
         assert f"{cls.paper_dim}-d" in line and cls.licence in line and cls.hub_id in line, line
-        assert ("(gated)" in line) == cls.gated
+        assert "(gated)" not in line and _cell(lines, line, "gated") == ("yes" if cls.gated else "no")
         assert _cell(lines, line, "dim") == str(cls.poolings[cls.default_pooling])
-        assert _cell(lines, line, "licence") == cls.licence
+        assert _cell(lines, line, "licence") == f"{cls.licence} ({cls.licence_date})"
         prep = cls.profiles["prism_main"]
         assert _cell(lines, line, "resize/crop interp mean-std").startswith(
             f"{prep.resize}/{prep.crop} {prep.interpolation}")
@@ -52,8 +52,10 @@ def test_ls_adapters_shows_the_eight_and_the_generic_families(capsys):
         assert family in rows, family
     for family in ("timm:<name>", "open_clip:<name>", "hf:<name>"):
         assert _cell(lines, rows[family], "dim") == "per model" == _cell(lines, rows[family], "licence")
+        assert _cell(lines, rows[family], "gated") == "per model"
     assert "licence per model" in rows["open_clip:<name>"] and "licence per model" in rows["hf:<name>"]
     assert _cell(lines, rows["precomputed"], "dim") == "from files"
+    assert _cell(lines, rows["precomputed"], "gated") == "n/a" == _cell(lines, rows["demo_vit"], "gated")
     assert all(line.rstrip().endswith("prism_plugin (built in)") for line in rows.values())
 
 
@@ -89,6 +91,8 @@ def test_plugin_adapter_facts_from_registration_or_class_and_never_imported(caps
     assert _cell(lines, from_class, "dim") == "48" and _cell(lines, from_class, "licence") == "BSD-3-Clause"
     assert _cell(lines, from_class, "resize/crop interp mean-std") == "72/64 bilinear 0.5/0.5"
     assert _cell(lines, lazy, "dim") == "at build" and _cell(lines, lazy, "licence") == "-"
+    # a plain adapter that declares no gating: not declared (it may or may not download gated weights)
+    assert _cell(lines, from_class, "gated") == "-" == _cell(lines, lazy, "gated")
     assert all(line.rstrip().endswith("passed in code") for line in (declared, from_class, lazy))
 
 

@@ -12,7 +12,8 @@ from tests.conftest import prism_run
 
 #: registry -> (header words, entries that must be listed)
 EXPECTED = {
-    "adapters": (("adapter", "dim", "licence", "aliases", "description", "from"), ("uni", "demo_vit", "timm:<name>")),
+    "adapters": (("adapter", "dim", "licence", "gated", "aliases", "description", "from"),
+                 ("uni", "demo_vit", "timm:<name>")),
     "heads": (("head", "seed_invariant", "linear", "from"), ("logistic", "knn1", "mlp")),
     "sources": (("source", "class", "from"), ("imagefolder", "demo", "records", "camelyon17")),
     "adaptation": (("adaptation", "role", "default", "from"), ()),

@@ -208,11 +208,18 @@ def test_evaluate_conventions(data):
     import prism_plugin
 
     ours = prism_plugin.evaluate((d["X_train"], d["y_train"]), (d["X_val"], d["y_val"]), (d["X_test"], d["y_test"]),
-                                 fractions=[1.0], seeds=[42], probability_dtype="float32")
-    # binary temperature on the probe's own scale: exactly half the results_v2 ([-d, d]) value
-    assert nat["temperature"].iloc[0] == ours["temperature"].iloc[0] / 2
-    for c in ("ece_scaled_fixed", "ece_scaled_adaptive", "brier", "ece_fixed"):
+                                 fractions=[1.0], seeds=[42], probability_dtype="float32", binary_logits="natural")
+    # binary temperature on the probe's own scale, fitted there in [0.1, 10] as the package (v0.3) does: the
+    # grid's natural logits [0, d]; the results_v2 scale ("doubled") is the grid's [-d, d]
+    for c in ("temperature", "ece_scaled_fixed", "ece_scaled_adaptive", "brier", "ece_fixed"):
         assert nat[c].iloc[0] == ours[c].iloc[0]
+    doubled = ev.evaluate(d["X_train"], d["y_train"], d["X_test"], d["y_test"], "pcam", val_features=d["X_val"],
+                          val_labels=d["y_val"], binary_temperature="doubled", **common)
+    sym = prism_plugin.evaluate((d["X_train"], d["y_train"]), (d["X_val"], d["y_val"]), (d["X_test"], d["y_test"]),
+                                fractions=[1.0], seeds=[42], probability_dtype="float32")
+    assert doubled["temperature"].iloc[0] == sym["temperature"].iloc[0]
+    # two search boxes: on this data the natural-scale optimum lies beyond 5, where the doubled fit's box ends
+    assert nat["temperature"].iloc[0] > 5.0 >= doubled["temperature"].iloc[0] / 2
     with pytest.warns(UserWarning, match="no val_features given.*NaN"):
         noval = ev.evaluate(d["X_train"], d["y_train"], d["X_test"], d["y_test"], "pcam", **common)
     assert noval[["temperature", "ece_scaled_fixed", "ece_scaled_adaptive"]].isna().all().all()
@@ -242,9 +249,9 @@ def test_standalone_functions_against_independent_computations():
     yk = rng.integers(0, 4, 300)
     assert compat.compute_auroc(yk, P) == roc_auc_score(yk, P, multi_class="ovr", average="macro")
     assert math.isnan(compat.compute_brier(yk, P))
-    # temperature: binary decision values -> the probe's own scale (T = 1 = predict_proba)
+    # temperature: binary decision values -> fitted on the probe's own scale (T = 1 = predict_proba)
     T = compat.temperature_scale(d, y)
-    L = np.column_stack([-d, d])
+    L = np.column_stack([-d / 2, d / 2])  # the package's v0.3 logits: softmax = sigmoid(d / T)
 
     def nll(t):
         z = L / t
@@ -252,7 +259,7 @@ def test_standalone_functions_against_independent_computations():
         q = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
         return -np.log(q[np.arange(len(y)), y] + 1e-12).mean()
 
-    assert T == minimize_scalar(nll, bounds=(0.1, 10.0), method="bounded").x / 2
+    assert T == minimize_scalar(nll, bounds=(0.1, 10.0), method="bounded").x
     assert np.allclose(compat.apply_temperature(d, T)[:, 1], expit(d / T), rtol=0, atol=1e-12)
     assert np.allclose(compat.apply_temperature(d, 1.0)[:, 1], expit(d), rtol=0, atol=1e-12)
     Z = rng.normal(size=(50, 3))

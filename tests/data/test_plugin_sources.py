@@ -130,7 +130,7 @@ def test_unknown_source_type_lists_the_closest_and_the_available_types(tmp_path)
     known = msg.split("(known: ", 1)[1].rstrip(")").split(", ")
     assert known == sorted(known)
     assert set(known) == {"imagefolder", "demo", "records", "h5", "npz", "hf", "camelyon17", "hema_demo", "tile_list",
-                          "precomputed"}
+                          "precomputed", "eva"}
     with pytest.raises(PrismError, match=r"source\.type 'nope' is not known .*known: .*tile_list"):
         source_class("nope", _plugin_host())
 
@@ -148,8 +148,11 @@ def test_builtin_types_are_registered_lazily_at_their_modules():
     from prism_plugin.data.builtin import BUILTIN_SOURCES
 
     reg = PluginHost(third_party=False).sources
-    assert reg.names() == list(BUILTIN_SOURCES)
-    for name, (ref, _description, _kind) in BUILTIN_SOURCES.items():
+    # data.builtin's types, then the one the built-in plugin ``eva`` registers through the same hook
+    assert reg.names() == [*BUILTIN_SOURCES, "eva"]
+    refs = {name: ref for name, (ref, _description, _kind) in BUILTIN_SOURCES.items()}
+    refs["eva"] = "prism_plugin.data.eva:EvaEmbeddingsSource"
+    for name, ref in refs.items():
         entry = reg.entry(name)
         assert entry.lazy and entry.ref == ref, name  # nothing imported before first use
     where = {name: reg.get(name).__module__ for name in reg.names()}
@@ -157,7 +160,7 @@ def test_builtin_types_are_registered_lazily_at_their_modules():
                      "records": "prism_plugin.data.records", "h5": "prism_plugin.data.arrays",
                      "npz": "prism_plugin.data.arrays", "hf": "prism_plugin.data.hf",
                      "camelyon17": "prism_plugin.data.camelyon17", "hema_demo": "prism_plugin.data.hema_demo",
-                     "precomputed": "prism_plugin.data.precomputed"}
+                     "precomputed": "prism_plugin.data.precomputed", "eva": "prism_plugin.data.eva"}
     assert all(issubclass(reg.get(name), Source) and not reg.entry(name).lazy for name in reg.names())
 
 
@@ -168,7 +171,7 @@ def test_core_modules_do_not_import_the_builtin_source_modules():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert "prism_plugin.data.catalogue" in out
     heavy = {"prism_plugin.data.folder", "prism_plugin.data.records",
-             "prism_plugin.data.arrays", "prism_plugin.data.hf", "prism_plugin.data.camelyon17"}
+             "prism_plugin.data.arrays", "prism_plugin.data.hf", "prism_plugin.data.camelyon17", "prism_plugin.data.eva"}
     assert heavy.isdisjoint(out), sorted(heavy & set(out))
 
 

@@ -31,6 +31,7 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
     "sensitivity": ("prism_plugin.commands.sensitivity", "probe-sensitivity tables from sweep results"),
     "geometry": ("prism_plugin.commands.geometry", "embedding-geometry tables from cached embeddings"),
     "diff": ("prism_plugin.commands.diff", "run-to-run diff of two results directories: deltas, CIs, regression gate"),
+    "fit-baseline": ("prism_plugin.commands.fit_baseline", "fit the audit's supervised ResNet-18 baseline on a task's source train split"),
 }
 
 #: attribute of the parsed arguments holding the plugin host the CLI built (see :func:`host_of`)
@@ -78,7 +79,7 @@ def check_extraction_args(args: Any) -> None:
 
         check_workers(args.extract_workers)
     if hasattr(args, "device"):
-        from prism_plugin.embed.extract import check_device
+        from prism_plugin.embed.device import check_device
 
         args.device = check_device(args.device)
     check_cache_dir(getattr(args, "cache_dir", None))

@@ -5,23 +5,32 @@ and is the difference real?
 
     prism-run diff RESULTS_A RESULTS_B [--output DIR] [--level 0.95]
                    [--fail-on METRIC]... [--tol [METRIC=]VALUE]... [--ignore-noise]
+                   [--require-same FIELD|all]...
 
 Runs are matched by task and run identity (fraction, seed, split seed, probe), not by model; every metric on both
 sides gets its delta (B − A) with a CI, per run and per seed-mean cell, and a verdict (better / worse beyond noise,
 within noise); the rules are in :mod:`prism_plugin.diffing`. The console shows the seed-mean cells as Markdown;
-``--output DIR`` writes ``diff.md``, ``diff.html`` (self-contained) and ``diff.csv`` (every run, cell and metric)
-there, never into A or B.
+``--output DIR`` writes ``diff.md``, ``diff.html`` (self-contained), ``diff.csv`` (every run, cell and metric) and
+``diff.json`` (the embedding identity comparison and the result) there, never into A or B.
+
+Embedding identity: when the matched runs' embeddings differ in precision, weights, hub commit, preprocessing (or
+any other identity field both sides record, :mod:`prism_plugin.identity_check`), the output says so first (per
+model pair, the field and both values; on stderr as one warning line too), and a gate's result says the
+comparison is not like-for-like. Results that do not record the identity get one line saying so.
 
 Exit status (for an FM team's CI): 1 when a metric chosen by ``--fail-on`` (or named by ``--tol METRIC=VALUE``) is
 worse than A by more than its tolerance (default 0) and beyond noise in some seed-mean cell (``--ignore-noise``: on
-the point estimate alone); 2 for bad input; 0 otherwise.
+the point estimate alone); 1 as well when a field named by ``--require-same`` (``all``: every identity field both
+sides record) differs, or is not recorded on a side; 2 for bad input; 0 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import html as _html
+import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +38,7 @@ import numpy as np
 from prism_plugin.commands import add_wait, host_of, writes_into
 from prism_plugin.errors import PrismError
 
-CSV_NAME, MD_NAME, HTML_NAME = "diff.csv", "diff.md", "diff.html"
+CSV_NAME, MD_NAME, HTML_NAME, JSON_NAME = "diff.csv", "diff.md", "diff.html", "diff.json"
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -52,6 +61,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="fail on the point estimate alone, whatever the CI says")
     p.add_argument("--level", type=float, default=None, metavar="L",
                    help="CI level of the deltas (default: the bootstrap's level, 0.95)")
+    p.add_argument("--require-same", action="append", default=[], metavar="FIELD",
+                   help="exit 1 when the embeddings' FIELD differs between A and B or is not recorded (precision, "
+                        "weights, weights_revision, preprocessing, profile; all = every field both record; "
+                        "repeatable)")
     add_wait(p)
     return p
 
@@ -140,7 +153,7 @@ def cell_title(r, columns, varying=("probe", "split_seed", "sweep_key", "model")
     return " · ".join(parts)
 
 
-def render_markdown(result, failures, chosen, ignore_noise: bool, host=None) -> str:
+def render_markdown(result, failures, chosen, ignore_noise: bool, host=None, required=()) -> str:
     from prism_plugin.diff_intervals import NONE, PAIRED
     from prism_plugin.diffing import key_text
 
@@ -153,6 +166,7 @@ def render_markdown(result, failures, chosen, ignore_noise: bool, host=None) -> 
         lines.append(f"- **{side.label}**: `{side.path}` (model {models}; {len(side.runs)} runs)")
     by = ", ".join(m.columns) + ("" if "model" in m.columns else " (not by model)")
     lines.append(f"- matched {len(m.common)} run(s) by {by}; delta = B − A; {lvl} CIs")
+    lines.extend(identity_lines(result.identity, {"A": a.path, "B": b.path}))
     lines.append("")
     for c in result.cautions:
         lines.append(f"> **Caution**: {c}")
@@ -234,10 +248,90 @@ def render_markdown(result, failures, chosen, ignore_noise: bool, host=None) -> 
                          "bootstrap replicates (`prism-run ... --bootstrap N`), or pass `--ignore-noise` to fail on "
                          "the point estimate.")
             lines.append("")
-        lines.append(f"**Result: FAIL** ({len(fails)} cell(s))" if fails else
-                     "**Result: pass**" + (" (some cells undetermined: no CI)" if failures else ""))
+        unlike = identity_caveat(result.identity)
+        lines.append(f"**Result: FAIL** ({len(fails)} cell(s))" + unlike if fails else
+                     "**Result: pass**" + (" (some cells undetermined: no CI)" if failures else "") + unlike)
+        lines.append("")
+    if required:
+        lines.append("## Embedding identity gate")
+        lines.append("")
+        misses = identity_failures(result.identity, required)
+        for line in misses:
+            lines.append(f"- **FAIL** {line}")
+        if misses:
+            lines.append("")
+        lines.append(f"**Result: FAIL** ({len(misses)} field(s))" if misses else
+                     f"**Result: pass** (the same {', '.join(required_fields(result.identity, required))} on both "
+                     "sides)")
         lines.append("")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- embedding identity
+def identity_lines(ident, paths=None) -> list[str]:
+    """The Markdown lines on the embeddings' identity: a caution per differing field (per model pair, both
+    values), one line when a side does not record it, else the identity both sides share."""
+    if ident is None:
+        return []
+    out = []
+    if ident.differences:
+        out += ["", "> **Embeddings differ** (not a like-for-like comparison: the deltas mix the change of "
+                    "embeddings with whatever else changed):"]
+        out += [f"> - {d.text()}" for d in ident.differences]
+    if ident.not_recorded:
+        out += ["", f"> **Embedding identity not recorded**: {ident.not_recorded_line(paths)}"]
+    elif not ident.differences and ident.compared:
+        shared = "; ".join(f"{k} {v}" for k, v in ident.same.items() if k in ("precision", "weights",
+                                                                              "weights_revision"))
+        out.append(f"- embeddings: the same identity on both sides ({', '.join(ident.compared)})"
+                   + (f": {shared}" if shared else ""))
+    return out
+
+
+def identity_caveat(ident) -> str:
+    if ident is not None and ident.differences:
+        return f" — embeddings differ ({', '.join(ident.fields_differing)}): not a like-for-like comparison"
+    return ""
+
+
+def required_fields(ident, required) -> list[str]:
+    from prism_plugin.identity_check import field_order
+
+    if "all" in required:
+        return field_order(set(ident.compared) | {f for f in required if f != "all"})
+    return field_order(required)
+
+
+def identity_failures(ident, required) -> list[str]:
+    """One line per ``--require-same`` field that differs or is not recorded on both sides."""
+    from prism_plugin.identity_check import field_words
+
+    out = []
+    fields = required_fields(ident, required)
+    for f in fields:
+        diffs = [d for d in ident.differences if d.field == f]
+        if diffs:
+            out += [d.text() for d in diffs]
+        elif f not in ident.compared:
+            out.append(f"{field_words(f)} is not recorded on both sides: it cannot be checked to be the same")
+    if not fields or (ident.not_recorded and "all" in required):
+        out.append(ident.not_recorded_line() or "no embedding identity field is recorded on both sides")
+    return out
+
+
+def check_required(values: list[str]) -> list[str]:
+    from prism_plugin.errors import suggest
+    from prism_plugin.identity_check import KNOWN_FIELDS
+
+    out = []
+    for v in values:
+        for name in (x.strip() for x in v.split(",")):
+            if name != "all" and name not in KNOWN_FIELDS:
+                raise PrismError(f"--require-same {name!r}: not an embedding identity field"
+                                 f"{suggest(name, list(KNOWN_FIELDS))} (fields: {', '.join(KNOWN_FIELDS)}, or all)")
+            if name not in out:
+                out.append(name)
+    return out
 
 
 HTML_PAGE = """<!DOCTYPE html>
@@ -277,6 +371,7 @@ def run(args) -> int:
     from prism_plugin.storage import atomic_write_text, write_csv
 
     host = host_of(args)
+    required = check_required(getattr(args, "require_same", []) or [])
     out = _check_output(args.output, args.a, args.b) if args.output is not None else None
     if args.level is not None and not (0.0 < args.level < 1.0):
         raise PrismError(f"--level {args.level}: must be in (0, 1), e.g. 0.95")
@@ -287,8 +382,12 @@ def run(args) -> int:
     result = diff(a, b, host, level=args.level)
     chosen = chosen_metrics(args.fail_on, args.tol, result.metrics, host)
     failures = gate(result, chosen, args.ignore_noise)
-    md = render_markdown(result, failures, chosen, args.ignore_noise, host)
+    md = render_markdown(result, failures, chosen, args.ignore_noise, host, required)
     print(md.rstrip())
+    ident = result.identity
+    identity_misses = identity_failures(ident, required) if required else []
+    gate_failed = any(not f.undetermined for f in failures)
+    status = 1 if gate_failed or identity_misses else 0
     if out is not None:
         writes_into(args, out)  # one writer per folder
         out.mkdir(parents=True, exist_ok=True)
@@ -298,8 +397,21 @@ def run(args) -> int:
 
         atomic_write_text(out / MD_NAME, md_safe(md))  # names in it inert, as in the HTML page
         atomic_write_text(out / HTML_NAME, render_html(md))
-        print(f"\nwrote {out / MD_NAME}, {out / HTML_NAME}, {out / CSV_NAME}")
-    return 1 if any(not f.undetermined for f in failures) else 0
+        atomic_write_text(out / JSON_NAME, json.dumps({
+            "a": str(args.a), "b": str(args.b), "matched_runs": len(result.match.common),
+            "embedding_identity": ident.to_dict(), "require_same": required,
+            "identity_failures": identity_misses,
+            "gate": {"metrics": chosen, "failed_cells": sum(not f.undetermined for f in failures),
+                     "undetermined_cells": sum(bool(f.undetermined) for f in failures)},
+            "like_for_like": not ident.differs and not ident.not_recorded, "exit_status": status},
+            indent=2, default=str) + "\n")
+        print(f"\nwrote {out / MD_NAME}, {out / HTML_NAME}, {out / CSV_NAME}, {out / JSON_NAME}")
+    if ident.differences:  # said on stderr too: a piped or gated diff must not read as like-for-like
+        print(f"prism-run diff: warning: the embeddings of A and B differ in {', '.join(ident.fields_differing)} "
+              f"({ident.differences[0].text()}{'; ...' if len(ident.differences) > 1 else ''}): not a like-for-like "
+              "comparison", file=sys.stderr)
+    return status
 
 
-__all__ = ["add_parser", "chosen_metrics", "render_html", "render_markdown", "run"]
+__all__ = ["add_parser", "chosen_metrics", "identity_failures", "identity_lines", "render_html", "render_markdown",
+           "run"]

@@ -5,9 +5,11 @@ lists the registries, ``prism-run ls NAME`` one of them with each entry's origin
 "built in"), aliases and description, plus per registry:
 
 * ``adapters``: embedding dimension, input size, preprocessing (``resize/crop interpolation mean-std``), licence
-  and pretraining data, from what the adapter declared at registration (``dim``, ``input``, ``preprocessing``,
-  ``licence``, ``pretraining_data``) or else from the adapter class's attributes (``pretraining_data``: ``-`` = not
-  declared, ``none`` = declared empty). No model is built and no heavy library is imported: an adapter registered
+  (with ``licence_date``, the day its source was read or the licence changed), gating (``gated``: yes / no; ``n/a``
+  for an adapter without hub weights) and pretraining data, from what the adapter declared at registration
+  (``dim``, ``input``, ``preprocessing``, ``licence``, ``pretraining_data``) or else from the adapter class's
+  attributes (``pretraining_data``: ``-`` = not declared, ``none`` = declared empty; ``gated``: ``-`` = not
+  declared). No model is built and no heavy library is imported: an adapter registered
   lazily (``"module:Class"``, or a ``prism_plugin.adapters`` entry point) shows what its class declares as plain
   class attributes, read from its source (:mod:`prism_plugin.embed.class_facts`); families (``timm:<name>``) are "per
   model"; "at build" means the adapter learns it when it builds its network.
@@ -64,12 +66,13 @@ def _object_path(entry) -> str:
 
 # -- adapters ------------------------------------------------------------------------------
 def adapter_facts(entry) -> dict[str, str]:
-    """``dim``, ``input``, ``preprocessing``, ``licence`` and ``pretraining`` of an adapter entry, as
-    ``ls adapters`` shows them.
+    """``dim``, ``input``, ``preprocessing``, ``licence``, ``gated`` and ``pretraining`` of an adapter entry, as
+    ``ls adapters`` shows them, and the licence's ``licence_source`` and ``licence_note`` (``""``: not declared).
 
     Registration meta first; else the attributes of the adapter class (a FoundationAdapter's default pooling width
-    and default profile, a plain Adapter's ``embed_dim`` and ``preprocessing``, ``pretraining_data``); the input
-    size is the preprocessing's crop; families are "per model". Nothing is built or imported.
+    and default profile, a plain Adapter's ``embed_dim`` and ``preprocessing``, ``pretraining_data``, ``licence``
+    with its ``licence_date``, ``gated``); the input size is the preprocessing's crop; families are "per model".
+    Nothing is built or imported.
     """
     meta = entry.meta
     family = entry.name.endswith(":")
@@ -77,6 +80,8 @@ def adapter_facts(entry) -> dict[str, str]:
     dim, prep, licence = meta.get("dim"), meta.get("preprocessing"), meta.get("licence")
     size = meta.get("input")
     pretraining = meta.get("pretraining_data", _UNDECLARED)
+    gated = meta.get("gated", _UNDECLARED)
+    record = {"licence_date": "", "licence_source": "", "licence_note": ""}
     if cls is not None:
         if dim is None:
             dim = _class_dim(cls)
@@ -84,8 +89,12 @@ def adapter_facts(entry) -> dict[str, str]:
             prep = _class_preprocessing(cls)
         if licence is None:
             licence = getattr(cls, "licence", "") or None
+            if licence:  # the date, source and note describe the class's own licence, not a registered one
+                record = {k: str(getattr(cls, k, "") or "") for k in record}
         if pretraining is _UNDECLARED:
             pretraining = getattr(cls, "pretraining_data", None)
+        if gated is _UNDECLARED and _declared_below_base(cls, "gated"):
+            gated = getattr(cls, "gated", None)
     features = cls is not None and getattr(cls, "input_kind", "images") == "features"
     if size is None and prep is not None and not isinstance(prep, str):
         size = _crop_of(prep)
@@ -97,9 +106,30 @@ def adapter_facts(entry) -> dict[str, str]:
         "dim": str(dim) if dim else (PER_MODEL if family else AT_BUILD),
         "input": str(size) if size else (PER_MODEL if family else AT_BUILD),
         "preprocessing": format_preprocessing(prep) if prep else (PER_MODEL if family else AT_BUILD),
-        "licence": str(licence) if licence else (PER_MODEL if family else "-"),
+        "licence": format_licence(licence, record["licence_date"]) if licence else (PER_MODEL if family else "-"),
+        "gated": format_gated(gated, family, features),
         "pretraining": format_pretraining(pretraining, family),
+        "licence_source": record["licence_source"],
+        "licence_note": record["licence_note"],
     }
+
+
+def format_licence(licence: Any, date: str = "") -> str:
+    """``MIT`` and ``2026-12-02`` -> ``MIT (2026-12-02)``: the licence with the day its source was read (or the
+    licence changed); the licence alone when no date is declared."""
+    return f"{licence} ({date})" if date else str(licence)
+
+
+def format_gated(value: Any, family: bool = False, features: bool = False) -> str:
+    """``True`` -> ``yes``, ``False`` -> ``no``; ``None`` (no hub weights, e.g. a feature reader) -> ``n/a``;
+    not declared -> ``-`` (``n/a`` for a feature reader, ``per model`` for a family)."""
+    if family:
+        return PER_MODEL
+    if value is _UNDECLARED:
+        return "n/a" if features else "-"
+    if value is None:
+        return "n/a"
+    return _yes(value)
 
 
 _UNDECLARED = object()
@@ -241,7 +271,7 @@ def _adapter_columns() -> tuple[Column, ...]:
 
     return (("adapter", _adapter_name), ("dim", fact("dim")), ("input", fact("input")),
             ("resize/crop interp mean-std", fact("preprocessing")), ("licence", fact("licence")),
-            ("pretrained on", fact("pretraining")), ALIASES_COLUMN, ("description", lambda e: e.description))
+            ("gated", fact("gated")), ("pretrained on", fact("pretraining")), ALIASES_COLUMN, ("description", lambda e: e.description))
 
 
 def _index(host, args):

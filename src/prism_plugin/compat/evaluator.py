@@ -38,6 +38,11 @@ EVALUATE_COLUMNS = [
 COMPARE_COLUMNS = ["model", "fraction", "auroc", "ece", "ece_scaled", "ood_stability", "ood_stability_imputed",
                    "cri", "is_reference"]
 BINARY_TEMPERATURES = ("natural", "doubled")
+#: the grid's binary logit convention for each ``binary_temperature``: the package's v0.3 logits [-d/2, d/2]
+#: have the same softmax, bit for bit, as ``natural`` [0, d] (both reduce to [-d/T, 0] or [0, d/T] after the
+#: max-subtraction), and its earlier public release's [-d, d] are ``symmetric``; either way T is searched in
+#: [0.1, 10] on that scale, as the package does
+BINARY_LOGITS = {"natural": "natural", "doubled": "symmetric"}
 FRACTION_ATOL = 1e-9
 
 
@@ -240,7 +245,7 @@ class PRISMEvaluator:
                     fractions=LABEL_FRACTIONS if label_fractions is None else label_fractions,
                     seeds=SEEDS if seeds is None else seeds,
                     C=C, max_iter=1000, model=model_name, dataset=dataset, probability_dtype=probability_dtype,
-                    disable=disable,
+                    disable=disable, binary_logits=BINARY_LOGITS[binary_temperature],
                 )
             except CompatError:
                 raise
@@ -251,9 +256,6 @@ class PRISMEvaluator:
                           "ece_scaled_adaptive are NaN and the CRI cannot be computed (PRISM never fits the "
                           "temperature on the evaluation set)", UserWarning, stacklevel=2)
         out = runs[EVALUATE_COLUMNS].copy()
-        if binary_temperature == "natural":
-            binary = out["n_classes"] == 2
-            out.loc[binary, "temperature"] = out.loc[binary, "temperature"] / 2.0
         if extra_columns:
             rest = [c for c in runs.columns if c not in EVALUATE_COLUMNS]
             out = pd.concat([out, runs[rest]], axis=1)

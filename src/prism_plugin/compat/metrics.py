@@ -11,9 +11,10 @@ Signatures, defaults and conventions follow the PRISM package README (``prism_be
 * ``compute_brier(labels, probs)``: binary Brier of p(class 1); NaN (with a warning) for a multiclass matrix.
 * ``temperature_scale(logits, labels)`` / ``apply_temperature(logits, T)``: ``(N,)`` binary
   decision values or an ``(N, K)`` logit matrix. For ``(N,)`` input T is on the probe's own scale
-  (T = 1 leaves ``predict_proba`` unchanged, the README's v0.3 convention); it is fitted exactly as
-  the reference did (on ``[-d, d]`` within [0.1, 10]) and halved, an exact operation, so it is the
-  results_v2 binary temperature divided by 2 and the scaled probabilities are the results_v2 ones.
+  (T = 1 leaves ``predict_proba`` unchanged, the README's v0.3 convention), fitted within ``bounds``
+  ([0.1, 10]) on that scale exactly as the package's ``temperature_scale`` does (equal bit for bit,
+  tests/compat/test_package_equality.py); the results_v2 binary column was fitted on ``[-d, d]`` (a
+  doubled scale, another search box), so it is about, not exactly, twice this T.
   A T at a search bound, or fitted on labels of one class, comes with a :class:`TemperatureAtBoundWarning`
   (a :class:`QualifiedResultWarning`).
 * ``compute_ood_stability(ood_aurocs, id_aurocs)``: mean over pairs of min(OOD / ID(source), 1).
@@ -132,12 +133,16 @@ def compute_ece(probs, labels, n_bins: int = DEFAULT_N_BINS, binning: str = "fix
 
 
 def _logit_matrix(logits: Any, where: str) -> tuple[np.ndarray, bool]:
-    """``(N, K)`` float64 logits and whether the input was binary decision values (``(N,)``)."""
+    """``(N, K)`` float64 logits and whether the input was binary decision values (``(N,)``).
+
+    Binary decision values ``d`` become ``[0, d]`` (prism-plugin's ``natural`` convention): after the
+    max-subtraction its softmax at any T is bit for bit that of the PRISM package's ``[-d/2, d/2]``
+    (both become ``[-d/T, 0]`` or ``[0, d/T]``), so T = 1 is the probe's own ``predict_proba``."""
     from prism_plugin.metrics.core import binary_logits
 
     z = as_logits(logits, f"{where} logits")
     if z.ndim == 1:
-        return binary_logits(z, "symmetric"), True
+        return binary_logits(z, "natural"), True
     return z, False
 
 
@@ -157,15 +162,15 @@ def _bounds(bounds: Any) -> tuple[float, float]:
 def temperature_scale(logits, labels, bounds: tuple[float, float] = T_BOUNDS) -> float:
     """Fit T on a held-out split (never the evaluation split) by bounded Brent on the NLL.
 
-    ``(N,)`` binary decision values: the returned T is on the probe's own scale (T = 1 = unchanged);
-    ``bounds`` apply to the ``[-d, d]`` logits the fit uses (the reference's), i.e. [0.05, 5] on the
-    returned scale by default. A T within 0.001 of a bound (:func:`prism_plugin.quality.bound_side`, the
+    ``(N,)`` binary decision values: T is fitted and returned on the probe's own scale (T = 1 = unchanged), in
+    ``bounds`` on that scale, as the PRISM package (v0.3) does; the results_v2 tables' binary T (logits
+    ``[-d, d]``) is on a doubled scale. A T within 0.001 of a bound (:func:`prism_plugin.quality.bound_side`, the
     runner's test), or fitted on labels of a single class, is returned with a :class:`TemperatureAtBoundWarning`.
     """
     from prism_plugin.protocol.temperature import fit_temperature
     from prism_plugin.quality import bound_side
 
-    z, binary = _logit_matrix(logits, "temperature_scale")
+    z, _binary = _logit_matrix(logits, "temperature_scale")
     y = as_labels(labels, "temperature_scale labels")
     check_pair_lengths(z.shape[0], len(y), "temperature_scale", "logit rows")
     check_label_range(y, z.shape[1], "temperature_scale labels", "logit columns")
@@ -175,22 +180,21 @@ def temperature_scale(logits, labels, bounds: tuple[float, float] = T_BOUNDS) ->
             raise CompatError(f"temperature_scale logits: |z| up to {np.abs(z).max():.3g} overflows when divided "
                               f"by the lower bound T = {lo:g}; rescale the logits")
     t = fit_temperature(z, y, (lo, hi))
-    scale = 0.5 if binary else 1.0
     side = bound_side(t, (lo, hi))
     one = single_class(y)
     if side or one:
-        shown = f"T = {t * scale:.6g}" + (" (the [-d, d] fit's T halved)" if binary else "")
+        shown = f"T = {t:.6g}"
         parts = []
         if side:
             parts.append(f"{shown} sits at the {'lower' if side == 'low' else 'upper'} bound of the search box "
-                         f"[{lo * scale:g}, {hi * scale:g}]: the NLL optimum lies outside it, so the scaled "
+                         f"[{lo:g}, {hi:g}]: the NLL optimum lies outside it, so the scaled "
                          "probabilities are those of a clipped fit")
         if one:
             parts.append(f"the labels hold one class (class {one[0]}, {one[1]} samples): the NLL of one class "
                          "rewards pushing every probability towards it, so T does not measure calibration")
         _warn(f"temperature_scale: {'; '.join(parts)}; fit on a held-out split with every class "
               "(or widen bounds)", TemperatureAtBoundWarning)
-    return t * scale
+    return t
 
 
 @compat_errors
@@ -198,10 +202,10 @@ def apply_temperature(logits, T: float) -> np.ndarray:
     """Calibrated probabilities ``(N, K)`` (binary: ``[1 - p, p]``) for a fitted temperature."""
     from prism_plugin.metrics.core import probabilities_from_logits
 
-    z, binary = _logit_matrix(logits, "apply_temperature")
+    z, _binary = _logit_matrix(logits, "apply_temperature")
     t = as_score(T, "apply_temperature T", 0.0, math.inf, low_open=True, what="a positive temperature")
     with np.errstate(over="ignore", invalid="ignore"):
-        p = probabilities_from_logits(z, 2.0 * t if binary else t)
+        p = probabilities_from_logits(z, t)
     if not np.isfinite(p).all():
         raise CompatError(f"apply_temperature: logits / T overflow (|z| up to {np.abs(z).max():.3g}, T = {t:g}); "
                           "rescale the logits")

@@ -173,7 +173,7 @@ def declared_weights(adapter: "Adapter") -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     if getattr(adapter, "hub_id", ""):
-        out["hub"] = f"{adapter.hub_id}@{getattr(adapter, 'revision', None) or 'main'}"
+        out["hub"] = hub_weights(adapter, adapter.hub_id, getattr(adapter, "revision", None))[len("hub:"):]
     args, kwargs = getattr(adapter, "_init_args", ((), {}))
     named = [(f"#{i}", v) for i, v in enumerate(args)] + sorted(kwargs.items())
     attrs = sorted((k, v) for k, v in vars(adapter).items() if not k.startswith("_"))
@@ -199,6 +199,116 @@ def declared_weights(adapter: "Adapter") -> dict[str, Any]:
     if plain:
         out["args"] = plain
     return out
+
+
+def hub_weights(adapter: "Adapter", hub_id: str, revision: Any = None, filenames: tuple[str, ...] = ()) -> str:
+    """``hub:<hub_id>@<commit>``: the weights fingerprint of a hub model, naming the commit its weights are
+    loaded from (:func:`prism_plugin.embed.hub.resolve_revision`; the revision name when no commit can be
+    known offline). Resolved once per adapter and revision; :func:`weights_revision` gives the answer and
+    :func:`load_revision` the revision to download (the commit itself, so what is loaded is what is named)."""
+    from prism_plugin.embed.hub import resolve_revision
+
+    requested = str(revision) if revision not in (None, "") else "main"
+    memo = adapter.__dict__.setdefault("_weights_revisions", {})
+    rev = memo.get((hub_id, requested))
+    if rev is None:
+        who = getattr(adapter, "display_name", "") or getattr(adapter, "name", "") or hub_id
+        rev = memo[(hub_id, requested)] = resolve_revision(hub_id, requested, model=str(who),
+                                                           gated=bool(getattr(adapter, "gated", False)),
+                                                           filenames=tuple(filenames))
+    adapter.__dict__["_weights_revision"] = rev
+    return f"hub:{hub_id}@{rev.tag}"
+
+
+def weights_revision(adapter: "Adapter"):
+    """The :class:`~prism_plugin.embed.hub.Revision` the adapter's weights fingerprint resolved, or ``None``
+    (weights not from the hub, or not fingerprinted yet)."""
+    return getattr(adapter, "__dict__", {}).get("_weights_revision")
+
+
+def load_revision(adapter: "Adapter", hub_id: str, revision: Any = None) -> str | None:
+    """The revision to download ``hub_id`` at: the commit the fingerprint named, else the revision name."""
+    hub_weights(adapter, hub_id, revision)
+    rev = weights_revision(adapter)
+    return rev.commit or (str(revision) if revision not in (None, "") else None)
+
+
+# --------------------------------------------------------------------------- precision identity
+def bind_extraction_device(adapter: "Adapter", request: Any) -> None:
+    """Record the ``--device`` request of the job (``auto``: the adapter's own ``device=``), which decides
+    the precision the embeddings are computed in (:func:`precision_identity`)."""
+    req = str(request or "auto")
+    if adapter.__dict__.get("_device_bound") != req:
+        adapter.__dict__["_device_bound"] = req
+        adapter.__dict__.pop("_precision", None)
+
+
+def precision_identity(adapter: "Adapter", device_type: str | None = None) -> dict[str, Any]:
+    """The precision the embeddings are computed in, beside the one asked for.
+
+    ``precision`` (the effective one, part of the cache key), ``precision_requested`` (``dtype=`` or the
+    profile's), ``device`` (the device type the extraction uses; resolved as the extraction resolves it, only
+    when a reduced precision is asked for) and ``note`` (why they differ: autocast is applied on CUDA only, so
+    elsewhere a bf16/fp16 request computes fp32). A features adapter's vectors are ``as stored``.
+    ``device_type`` ("cuda", "cpu", "mps") answers for that device instead (nothing is recorded)."""
+    if getattr(adapter, "input_kind", "images") == "features":
+        return {"precision": "as stored", "precision_requested": "as stored", "device": None, "note": ""}
+    requested = dtype_name(getattr(adapter, "autocast_dtype", None))
+    if requested == "fp32":
+        return {"precision": "fp32", "precision_requested": "fp32", "device": device_type, "note": ""}
+    explicit = device_type is not None
+    if not explicit:
+        cached = adapter.__dict__.get("_precision")
+        if cached and cached["precision_requested"] == requested:
+            return dict(cached)
+        from prism_plugin.embed.device import pick_device
+
+        bound = adapter.__dict__.get("_device_bound") or "auto"
+        device_type = pick_device(bound if bound != "auto" else getattr(adapter, "device_request", "auto")).type
+    effective = requested if device_type == "cuda" else "fp32"
+    note = "" if effective == requested else (
+        f"{requested} was asked for (dtype= or the profile's precision), but the extraction runs on {device_type}, "
+        f"where autocast is not applied: the embeddings are computed, cached and recorded as fp32")
+    out = {"precision": effective, "precision_requested": requested, "device": device_type, "note": note}
+    if not explicit:
+        adapter.__dict__["_precision"] = out
+    return dict(out)
+
+
+def _config_at_fp32(adapter: "Adapter") -> dict[str, Any]:
+    """``adapter.config()`` as it is with no autocast: the cache key of an fp32 extraction, whatever was asked."""
+    import copy
+
+    twin = copy.copy(adapter)
+    twin.autocast_dtype = None
+    return twin.config()
+
+
+def embedding_identity(adapter: "Adapter") -> dict[str, Any]:
+    """What the embeddings are: the effective precision and the weights (with the hub commit), as
+    ``summary.json``'s ``embedding_identity`` holds them; ``notes`` lists what qualifies them
+    (``{"check", "level", "message"}``)."""
+    prec = precision_identity(adapter)
+    weights = adapter.weights_identity()
+    notes = []
+    if prec["note"]:
+        notes.append({"check": "precision_not_as_requested", "level": "info", "message": prec["note"]})
+    rev = weights_revision(adapter)
+    if rev is not None and rev.note:
+        notes.append({"check": "weights_revision_not_checked", "level": rev.level, "message": rev.note})
+    return {"precision": prec["precision"], "precision_requested": prec["precision_requested"],
+            "device": prec["device"], **weights, "notes": notes}
+
+
+#: the runs.csv columns of the embedding identity (:func:`identity_columns`)
+IDENTITY_COLUMNS = ("precision", "weights", "weights_revision")
+
+
+def identity_columns(identity: Mapping[str, Any]) -> dict[str, Any]:
+    """``precision``, ``weights`` and ``weights_revision`` (the hub commit; a missing value, NaN, when the
+    weights are not a hub model's or no commit is known: an empty runs.csv field) of an :func:`embedding_identity`."""
+    return {"precision": identity.get("precision"), "weights": identity.get("weights"),
+            "weights_revision": identity.get("weights_revision") or float("nan")}
 
 
 def parse_int(value: Any, name: str, minimum: int = 1) -> int:
@@ -329,8 +439,32 @@ class Adapter:
         declared = declared_weights(self)
         return json.dumps(declared, sort_keys=True) if declared else ""
 
-    def fingerprint(self) -> str:
-        payload = json.dumps({"config": self.config(), "weights": self.weights_fingerprint()}, sort_keys=True)
+    def weights_identity(self) -> dict[str, Any]:
+        """``weights`` (what the weights are: ``hub:<id>``, ``file:<digest>``, ``random-init:...``, or a digest of
+        a declared fingerprint) and ``weights_revision`` (the hub commit loaded, ``None`` when not a hub model
+        or unknown), plus ``revision`` (how the commit was found) for a hub model."""
+        if self.input_kind == "features":
+            return {"weights": "as stored", "weights_revision": None}
+        fp = self.weights_fingerprint()
+        rev = weights_revision(self)
+        if rev is not None:
+            return {"weights": f"hub:{rev.hub_id}", "weights_revision": rev.commit, "revision": rev.to_dict()}
+        weights = "declared:" + hashlib.sha256(fp.encode()).hexdigest()[:16] if fp.startswith("{") else fp
+        return {"weights": weights, "weights_revision": None}
+
+    def fingerprint(self, device_type: str | None = None) -> str:
+        """The embedding identity: :meth:`config` (with the **effective** precision, see
+        :func:`precision_identity`: a bf16/fp16 request extracted where autocast does not apply keys as fp32)
+        and :meth:`weights_fingerprint` (a hub model's with its commit)."""
+        prec = precision_identity(self, device_type)
+        weights = self.weights_fingerprint()
+        config = self.config() if prec["precision"] == prec["precision_requested"] else _config_at_fp32(self)
+        rev = weights_revision(self)
+        if rev is not None and rev.commit and "revision" in config:
+            # the weights fingerprint names the commit: ``revision=main`` and ``revision=<that commit>`` are
+            # the same weights, one cache entry
+            config = {k: v for k, v in config.items() if k != "revision"}
+        payload = json.dumps({"config": config, "weights": weights}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()
 
     def describe(self) -> Mapping[str, Any]:

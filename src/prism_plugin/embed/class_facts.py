@@ -4,10 +4,11 @@
 point of the ``prism_plugin.adapters`` group) without importing their modules: such a module typically imports
 torch and the model's library at its top. :func:`class_of_ref` gives a stand-in class carrying the facts the class
 states as plain class attributes, read from the module's source: literals (``embed_dim = 384``, ``licence =
-"MIT"``), tuples and dicts of them, ``Preprocessing(...)`` with such arguments, and names bound to those at the
-module's top or imported from a module that is already loaded (``IMAGENET_MEAN``). Attributes inherited from a base
-class in the same module, or in another module found the same way, count too; an attribute computed at run time
-(or in ``__init__``) is not known here and stays "at build".
+"MIT"``, ``licence_date = "2026-12-02"``, ``gated = False``), tuples and dicts of them, ``Preprocessing(...)``
+with such arguments, and names bound to those at the module's top or imported from a module that is already
+loaded (``IMAGENET_MEAN``). Attributes inherited from a base class in the same module, or in another module found
+the same way, count too; an attribute computed at run time (or in ``__init__``) is not known here and stays "at
+build".
 
 The module is located through the import system's finders (no module code runs) and parsed with :mod:`ast`; a
 module that is already imported is not read again, its class is used as it is.
@@ -21,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 #: the class attributes read (what ``ls adapters`` shows, and what it derives them from)
-FACT_ATTRS = ("embed_dim", "preprocessing", "licence", "pretraining_data", "input_kind", "poolings",
-              "default_pooling", "profiles", "default_profile", "display_name", "hub_id", "gated", "paper_dim",
-              "arch_short")
+FACT_ATTRS = ("embed_dim", "preprocessing", "licence", "licence_source", "licence_date", "licence_note",
+              "pretraining_data", "input_kind", "poolings", "default_pooling", "profiles", "default_profile",
+              "display_name", "hub_id", "gated", "paper_dim", "arch_short")
 _MAX_DEPTH = 6
 
 

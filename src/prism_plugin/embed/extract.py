@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -14,66 +13,10 @@ import numpy as np
 from prism_plugin.data.base import ImageSplit
 from prism_plugin.embed.adapter import Adapter
 from prism_plugin.embed.cache import CacheEntry, shard_size
+from prism_plugin.embed.device import pick_device
 from prism_plugin.errors import PrismError
 
 SHARD_SIZE = 2048
-
-
-DEVICE_CHOICES = "auto, cpu, cuda, cuda:N or mps"
-_DEVICE_RE = re.compile(r"^(cpu|cuda|mps)(?::(\d+))?$")
-
-
-def check_device(request: str | None = "auto") -> str:
-    """The normalised ``--device`` value, or a one-line error if this machine cannot use it.
-
-    ``auto`` and ``cpu`` always work (torch is not even imported); ``cuda`` needs a CUDA device,
-    ``cuda:N`` one with that index, ``mps`` Apple's Metal backend. Checked before any work, so a
-    wrong device fails at once instead of after the data are loaded.
-    """
-    raw = "auto" if request is None else str(request)
-    value = raw.strip().lower()
-    if value in ("auto", ""):
-        return "auto"
-    match = _DEVICE_RE.match(value)
-    if match is None:
-        raise PrismError(f"--device {raw} is not a device this tool can use; choose {DEVICE_CHOICES}")
-    kind, index = match.group(1), match.group(2)
-    if kind == "cpu":
-        if index not in (None, "0"):
-            raise PrismError(f"--device {raw}: there is one CPU device; use --device cpu")
-        return "cpu"
-    import torch
-
-    if kind == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            build = (f"this torch {torch.__version__} is built without CUDA" if torch.version.cuda is None
-                     else "no CUDA device is visible (driver missing, CUDA_VISIBLE_DEVICES empty, or no GPU)")
-            raise PrismError(f"--device {raw}: {build}; use --device cpu (or auto)")
-        if index is not None and int(index) >= count:
-            raise PrismError(f"--device {raw}: this machine has {count} CUDA device(s) (cuda:0 to cuda:{count - 1}); "
-                             "pick one of those, or --device cuda")
-        return value
-    mps = getattr(torch.backends, "mps", None)
-    if mps is None or not mps.is_available():
-        raise PrismError(f"--device {raw}: Apple's MPS backend is not available on this machine; "
-                         "use --device cpu (or auto)")
-    if index not in (None, "0"):
-        raise PrismError(f"--device {raw}: there is one MPS device; use --device mps")
-    return "mps"
-
-
-def pick_device(request: str = "auto"):
-    import torch
-
-    request = check_device(request)
-    if request != "auto":
-        return torch.device(request)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
 
 
 class ImageFiles:
@@ -100,6 +43,21 @@ def default_workers() -> int:
     return max(0, min(4, (os.cpu_count() or 1) - 1))
 
 
+def check_precision(adapter: Adapter, device, autocast: bool) -> None:
+    """The precision these rows are computed in must be the one the cache key names
+    (:func:`~prism_plugin.embed.adapter.precision_identity`, recorded when the key was made): a worker on
+    another kind of device than the driver resolved (a GPU actor for a CPU driver) would otherwise write bf16
+    numbers under an fp32 key."""
+    from prism_plugin.embed.adapter import dtype_name
+
+    keyed = (getattr(adapter, "__dict__", {}).get("_precision") or {}).get("precision")
+    ran = dtype_name(adapter.autocast_dtype) if autocast else "fp32"
+    if keyed is not None and keyed != ran:
+        raise PrismError(f"adapter {adapter.name}: its embeddings are keyed as {keyed} (the job's device), but "
+                         f"this process extracts on {device} in {ran}; pass --device explicitly (e.g. --device cuda "
+                         "or --device cpu) so the driver and every extraction worker use the same kind of device")
+
+
 def embed_rows(adapter: Adapter, dataset, start: int, stop: int, device, num_workers: int, bar=None) -> np.ndarray:
     """The float32 embeddings of rows ``[start, stop)`` of ``dataset`` (one shard), in eval/inference mode.
 
@@ -111,6 +69,7 @@ def embed_rows(adapter: Adapter, dataset, start: int, stop: int, device, num_wor
     from torch.utils.data import DataLoader, Subset
 
     autocast = device.type == "cuda" and getattr(adapter, "autocast_dtype", None) is not None
+    check_precision(adapter, device, autocast)
     loader = DataLoader(Subset(dataset, range(start, stop)), batch_size=adapter.batch_size,
                         num_workers=num_workers, shuffle=False, pin_memory=device.type == "cuda",
                         persistent_workers=False)

@@ -13,14 +13,25 @@ do. This module avoids both:
 * :func:`download_weights` fetches (or finds in the cache) a model's weight file and turns every failure into
   :func:`weights_error`: one line naming the model, the hub id and both remedies (log in / accept the terms, or
   pass a local ``--model-args checkpoint=PATH``).
+* :func:`resolve_revision` turns a hub id and a revision name (``main``, a branch, a tag, or a 40-hex commit) into
+  the commit whose weights are loaded, before anything is extracted, so the commit is part of the embedding cache
+  key: a 40-hex revision needs no call; online, one metadata call (``model_info``) names the commit; offline, the
+  hub client's local cache (``refs/<revision>`` -> ``snapshots/<commit>``) does. Offline with no local snapshot
+  the commit last resolved for that name (recorded under the embedding cache, ``hub_revisions/``) is used, else
+  the name alone; both are said (:attr:`Revision.note`) as "upstream revision not checked".
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
 import socket
 import sys
 import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 from urllib.parse import urlparse
@@ -211,3 +222,181 @@ def hub_files_in(folder: Path, names: Iterable[str]) -> Path | None:
         if (folder / name).is_file():
             return folder / name
     return None
+
+
+
+# --------------------------------------------------------------------------- the commit actually loaded
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+#: seconds the one metadata call may take before the revision counts as not checked
+METADATA_TIMEOUT_S = 10.0
+#: folder under the embedding cache that records the commit last resolved per hub id and revision name
+RECORD_DIR = "hub_revisions"
+
+
+@dataclass(frozen=True)
+class Revision:
+    """The commit a hub model's weights come from, and how it was found.
+
+    ``how``: ``pinned`` (a 40-hex ``revision=`` needs no lookup), ``hub`` (asked the hub: one metadata call),
+    ``local cache`` (offline: the hub client's ``refs/<revision>``), ``recorded`` (offline, no local snapshot:
+    the commit last resolved for this name, from the embedding cache's record), ``unresolved`` (none of these:
+    ``commit`` is ``None`` and the name alone identifies the weights). ``note`` says what was not checked
+    (``""`` when nothing qualifies it); ``level`` is ``warning`` when the embeddings may belong to another
+    commit than the hub's current one and no local snapshot says which (``recorded``, ``unresolved``)."""
+
+    hub_id: str
+    requested: str
+    commit: str | None
+    how: str
+    note: str = ""
+
+    @property
+    def tag(self) -> str:
+        """What the weights fingerprint names: the commit, or the revision name when none is known."""
+        return self.commit or self.requested
+
+    @property
+    def level(self) -> str:
+        if self.how in ("recorded", "unresolved"):
+            return "warning"
+        return "info" if self.note else ""
+
+    def to_dict(self) -> dict[str, object]:
+        return {"hub_id": self.hub_id, "revision_requested": self.requested, "commit": self.commit,
+                "resolved_by": self.how, "note": self.note}
+
+
+def is_commit(revision: object) -> bool:
+    return isinstance(revision, str) and bool(COMMIT_RE.match(revision))
+
+
+def local_commit(hub_id: str, revision: str, filenames: Sequence[str] = ()) -> str | None:
+    """The commit the hub client's cache holds for ``hub_id`` at ``revision`` (no network): the snapshot of the
+    first of ``filenames`` present, as ``huggingface_hub.try_to_load_from_cache`` finds it, else
+    ``refs/<revision>`` when its snapshot folder exists."""
+    cache = Path(hub_cache_dir())
+    folder = cache / ("models--" + hub_id.replace("/", "--"))
+    if not folder.is_dir():
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - huggingface_hub ships with timm
+        try_to_load_from_cache = None
+    snapshots = folder / "snapshots"
+    if try_to_load_from_cache is not None:
+        for name in filenames:
+            try:
+                found = try_to_load_from_cache(hub_id, name, cache_dir=str(cache), revision=revision)
+            except (ValueError, OSError):
+                continue
+            if isinstance(found, str):
+                try:
+                    commit = Path(found).relative_to(snapshots).parts[0]
+                except ValueError:
+                    continue
+                if is_commit(commit):
+                    return commit
+    try:
+        commit = (folder / "refs" / revision).read_text().strip()
+    except (OSError, ValueError):
+        return None
+    return commit if is_commit(commit) and (snapshots / commit).is_dir() else None
+
+
+def _record_path(hub_id: str, revision: str) -> Path:
+    from prism_plugin.data.datacache import data_cache_root
+
+    endpoint = os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
+    name = hashlib.sha256(f"{endpoint}|{hub_id}|{revision}".encode()).hexdigest()[:32]
+    return data_cache_root() / RECORD_DIR / f"{name}.json"
+
+
+def _write_record(rev: Revision) -> None:
+    """Remember the commit resolved for this name (best effort: a read-only shared cache is left alone)."""
+    from prism_plugin.storage import atomic_write_text
+
+    path = _record_path(rev.hub_id, rev.requested)
+    try:
+        old = json.loads(path.read_text()) if path.is_file() else {}
+        if old.get("commit") == rev.commit:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({"hub_id": rev.hub_id, "revision": rev.requested, "commit": rev.commit,
+                                            "resolved_by": rev.how,
+                                            "resolved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                                           indent=2))
+    except (OSError, ValueError, PrismError):
+        pass
+
+
+def _read_record(hub_id: str, revision: str) -> dict[str, str] | None:
+    try:
+        data = json.loads(_record_path(hub_id, revision).read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(data, dict) and data.get("hub_id") == hub_id and is_commit(data.get("commit")):
+        return data
+    return None
+
+
+def _hub_commit(hub_id: str, revision: str) -> str:
+    """The commit the hub names for ``revision`` (one metadata call, bounded by :data:`METADATA_TIMEOUT_S`)."""
+    from huggingface_hub import HfApi
+
+    info = HfApi().model_info(hub_id, revision=revision, timeout=METADATA_TIMEOUT_S, expand=["sha"])
+    commit = str(getattr(info, "sha", "") or "")
+    if not is_commit(commit):
+        raise ValueError(f"the hub gave no commit for {hub_id}@{revision}")
+    return commit
+
+
+def resolve_revision(hub_id: str, revision: str | None = None, *, model: str = "", gated: bool = False,
+                     filenames: Sequence[str] = ()) -> Revision:
+    """The commit ``hub_id`` at ``revision`` (default ``main``) loads: see :class:`Revision`.
+
+    Memoised per process (hub endpoint, hub cache, hub id, revision name, offline or not), so every fingerprint
+    of a job names the same commit. A revision the hub says does not exist is one :class:`HubWeightsError`; any
+    other failure of the metadata call (refused, no connection) falls back to the offline answers, with a note.
+    """
+    requested = str(revision) if revision not in (None, "") else "main"
+    if is_commit(requested):
+        return Revision(hub_id, requested, requested, "pinned")
+    offline = prepare_hub()
+    key = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT, hub_cache_dir(), hub_id, requested, offline)
+    memo = _state.setdefault("revisions", {})
+    if key in memo:
+        return memo[key]
+    why = f"offline ({offline_reason()})" if offline else ""
+    if not offline:
+        try:
+            rev = Revision(hub_id, requested, _hub_commit(hub_id, requested), "hub")
+        except Exception as exc:  # noqa: BLE001 - classified: a missing revision is the user's; the rest offline
+            kind = classify(exc)
+            if "RevisionNotFoundError" in {c.__name__ for c in type(exc).__mro__}:  # the repo has no such name
+                raise weights_error(model or hub_id, hub_id, f"at revision {requested!r} "
+                                    f"{describe_failure(kind, exc)}", gated=gated) from None
+            why = f"the hub did not answer the revision check ({describe_failure(kind, exc)})"
+        else:
+            _write_record(rev)
+            memo[key] = rev
+            return rev
+    commit = local_commit(hub_id, requested, filenames)
+    if commit is not None:
+        rev = Revision(hub_id, requested, commit, "local cache",
+                       f"{why}: used the local snapshot of {hub_id}@{requested} (commit {commit[:12]}); whether the "
+                       "hub has a newer commit was not checked")
+        _write_record(rev)
+    else:
+        record = _read_record(hub_id, requested)
+        if record is not None:
+            rev = Revision(hub_id, requested, record["commit"], "recorded",
+                           f"{why}, no local snapshot: upstream revision not checked; used commit "
+                           f"{record['commit'][:12]}, the one resolved for {hub_id}@{requested} on "
+                           f"{record.get('resolved', '?')}")
+        else:
+            rev = Revision(hub_id, requested, None, "unresolved",
+                           f"{why}, no local snapshot and no recorded commit: upstream revision not checked; "
+                           f"embeddings cached under the name {hub_id}@{requested} (whichever commit computed "
+                           "them) are reused, and new ones cannot be extracted without the weights")
+    memo[key] = rev
+    return rev

@@ -25,7 +25,8 @@ import numpy as np
 from prism_plugin.data.catalogue import open_source
 from prism_plugin.data.splits import limit_indices
 from prism_plugin.embed.cache import EmbeddingCache
-from prism_plugin.embed.extract import extract_split, pick_device
+from prism_plugin.embed.device import pick_device
+from prism_plugin.embed.extract import extract_split
 from prism_plugin.errors import PrismError
 from prism_plugin.protocol.inputs import (ALLOW_KEY, SplitArrays, as_features, as_labels, check_data,
                                          check_pair_lengths,
@@ -62,6 +63,27 @@ def shard_workers(adapter, opts):
     device = getattr(opts, "device", "auto") or "auto"
     return extraction_workers(getattr(opts, "executor", None), count,
                               device if device != "auto" else adapter.device_request)
+
+
+def identity_fingerprint(adapter, opts) -> str:
+    """The adapter's fingerprint as this job's cache key: the precision is the one the job's device computes
+    (``--device``, else the adapter's ``device=``; a bf16/fp16 request off CUDA is fp32) and a hub model's
+    commit is resolved now, before any extraction (:mod:`prism_plugin.embed.hub`); the commit resolution is
+    recorded under ``opts.cache_dir``."""
+    from prism_plugin.data.datacache import using_cache_dir
+    from prism_plugin.embed.adapter import bind_extraction_device
+
+    bind_extraction_device(adapter, getattr(opts, "device", "auto") or "auto")
+    with using_cache_dir(getattr(opts, "cache_dir", None)):
+        return adapter.fingerprint()
+
+
+def provenance_identity(adapter) -> dict[str, Any]:
+    """The embedding identity a cache entry's manifest records (precision, weights, hub commit)."""
+    from prism_plugin.embed.adapter import embedding_identity
+
+    ident = embedding_identity(adapter)
+    return {k: ident.get(k) for k in ("precision", "precision_requested", "device", "weights", "weights_revision")}
 
 
 def load_embeddings(task: TaskConfig, adapter, opts,
@@ -148,7 +170,7 @@ def _load_embeddings(task: TaskConfig, adapter, opts, only: tuple[str, ...] | No
     source = image_source(task, adapter, host)
     cache = EmbeddingCache(opts.cache_dir)
     device = None
-    adapter_fp = adapter.fingerprint()
+    adapter_fp = identity_fingerprint(adapter, opts)
     for split in wanted:
         images = source.split(split, opts.limit)
         check_expected(task, split, images.labels, opts)
@@ -162,7 +184,7 @@ def _load_embeddings(task: TaskConfig, adapter, opts, only: tuple[str, ...] | No
                     device = device or pick_device(opts.device if opts.device != "auto" else adapter.device_request)
                     provenance = {"task": task.name, "dataset": task.dataset, "split": split,
                                   "adapter": adapter.describe(), "dataset_fingerprint": images.fingerprint,
-                                  "versions": library_versions()}
+                                  "identity": provenance_identity(adapter), "versions": library_versions()}
                     n_new, secs = extract_split(adapter, images, entry, device=device, num_workers=opts.num_workers,
                                                 progress=opts.progress, label=f"{task.name}/{split}",
                                                 provenance=provenance, workers=shard_workers(adapter, opts))
@@ -388,7 +410,7 @@ class _SplitSeedLoader:
         self.adapter, self.opts, self.host = adapter, opts, host
         self.store = PoolStore()
         self.cache = None if adapter.input_kind == "features" else EmbeddingCache(opts.cache_dir)
-        self.adapter_fp = None if self.cache is None else adapter.fingerprint()
+        self.adapter_fp = None if self.cache is None else identity_fingerprint(adapter, opts)
         self.device = None
         self._pools: dict[str, tuple[np.ndarray, np.ndarray, str]] = {}
 
@@ -431,7 +453,7 @@ class _SplitSeedLoader:
                                                                  else adapter.device_request)
                         provenance = {"task": task.name, "dataset": task.dataset, "split": split,
                                       "adapter": adapter.describe(), "dataset_fingerprint": images.fingerprint,
-                                      "versions": library_versions()}
+                                      "identity": provenance_identity(adapter), "versions": library_versions()}
                         n_new, secs = extract_split(adapter, images, entry, device=self.device,
                                                     num_workers=opts.num_workers, progress=opts.progress,
                                                     label=f"{task.name}/{split}", provenance=provenance,

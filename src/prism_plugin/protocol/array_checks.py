@@ -184,8 +184,16 @@ def single_class(y: np.ndarray) -> tuple[int, int] | None:
 
 # --------------------------------------------------------------------------- features
 def as_features(X, where: str) -> np.ndarray:
-    """A 2-D float32 feature matrix (memory maps stay memory maps) or an ArrayError."""
-    if isinstance(X, np.memmap) and X.dtype == np.float32:
+    """A 2-D, C-contiguous float32 feature matrix (C-ordered float32 memory maps stay memory maps) or an ArrayError.
+
+    The layout is part of the computation: scikit-learn's binary ``decision_function`` is a float32 matrix-vector
+    product whose rounding depends on the memory layout of X (a Fortran-ordered or strided view of the same values
+    gives decision values a few float32 ulps apart, so Brier, ECE, NLL and T move by ~1e-8 to 1e-7). The embedding
+    cache and ``np.save`` write C order, so every entry point (``prism_plugin.evaluate()`` on arrays in memory,
+    ``PRISMEvaluator``, ``prism-run`` on the cache or a precomputed folder) hands the probe C-ordered float32 rows:
+    one computation whatever the entry point (tests/api/test_entry_points_agree.py).
+    """
+    if isinstance(X, np.memmap) and X.dtype == np.float32 and X.flags.c_contiguous:
         arr = X
     else:
         arr = as_array(X, where, "features")
@@ -213,6 +221,8 @@ def as_features(X, where: str) -> np.ndarray:
     for start in range(0, arr.shape[0], CHUNK):
         if not np.isfinite(arr[start:start + CHUNK]).all():
             raise ArrayError(f"{where}: features contain NaN or inf; re-extract or drop those rows")
+    if not arr.flags.c_contiguous:  # a Fortran-ordered / strided array (or memory map): C order, as the cache holds
+        arr = np.ascontiguousarray(arr)
     return arr
 
 

@@ -1,28 +1,31 @@
 """The reference evaluator's floating-point path: ``probability_dtype: float32``.
 
-The PRISM reference runs (``results_v2``, PROTOCOL §2.3-2.5) fit the probe on float32 features, so scikit-learn's
-``predict_proba`` returns **float32** probabilities, and the metrics are computed on those float32 arrays: the
-ECE's per-bin mean confidence is a float32 mean, ``brier_score_loss`` sees float32 p(class 1), and the scaled
-probabilities are ``softmax(L / T)`` of the float32 decision values, evaluated in float32. prism-plugin's default
-path holds the *same* probabilities (the head's ``predict_proba``, upcast exactly) but does the metric arithmetic
-in float64, so ECE and Brier differ from the reference's by rounding only (about 1e-8 to 5e-8). The temperature
-itself is the same in both paths (the NLL is evaluated in float64 either way).
+The PRISM reference runs (``results_v2``, PROTOCOL §2.3-2.5) and the PRISM package's ``evaluate()`` (on float32
+features) fit scikit-learn's probe on float32 features, so ``predict_proba`` returns **float32** probabilities, and
+the raw-probability metrics are computed on those float32 arrays: the ECE's per-bin mean confidence is a float32
+mean and ``brier_score_loss`` sees float32 p(class 1). prism-plugin's default path holds the *same* probabilities
+(the head's ``predict_proba``, upcast exactly) but does that arithmetic in float64, so ECE and Brier differ from the
+reference's by rounding only (about 1e-8 to 5e-8).
+
+The temperature-scaled columns need no second path: the package turns the float32 decision values into a float64
+logit matrix (``np.asarray(logits, dtype=float)``, binary ``[-d, d]``) and computes ``softmax(L / T)`` in float64
+with max-subtraction, which is exactly what the default path does
+(:func:`prism_plugin.metrics.core.probabilities_from_logits` through ``RunContext.scaled_proba``), and the
+temperature is fitted in float64 on both paths. (An earlier version of this module recomputed the scaled
+probabilities in float32, which moved ``ece_scaled_*`` away from the package's by up to 7e-8.)
 
 ``probability_dtype="float32"`` (``prism_plugin.evaluate(..., probability_dtype="float32")``, the task key
-``probability_dtype: float32``, or ``--set probability_dtype=float32``) recomputes the affected columns on the
-reference's path, so they equal a reference-style computation bit for bit:
+``probability_dtype: float32``, or ``--set probability_dtype=float32``) recomputes ``brier`` (binary),
+``ece_fixed`` and ``ece_adaptive`` on the float32 probabilities, so every column equals the package's
+``evaluate()`` bit for bit (tested with ``==`` against the package's own code, tests/compat/test_package_equality.py).
 
-* ``brier`` (binary), ``ece_fixed``, ``ece_adaptive`` on the float32 probabilities;
-* ``ece_scaled_fixed``, ``ece_scaled_adaptive`` (and ``ece_scaled_prop``, ``ece_scaled_adaptive_prop``,
-  ``ece_scaled_oracle`` where the run has them) on float32 ``softmax(L / T)`` with the run's fitted T.
+Unchanged (identical on both paths, or not reference columns): ``auroc``, ``f1_*``, ``degeneracy_share``, the
+temperatures, every scaled ECE, ``nll``/``nll_scaled`` and every plugin column. For the sklearn logistic probe the
+float32 arrays are exactly what the reference holds; for another head (e.g. ``backend: torch``, whose decision
+values are float64) they are a float32 rounding of its output, not a reference path.
 
-Unchanged (already identical on both paths, or not reference columns): ``auroc``, ``f1_*``, ``degeneracy_share``,
-the temperatures, ``nll``/``nll_scaled`` and every plugin column (they keep float64 arithmetic). For the sklearn
-logistic probe the float32 arrays are exactly what the reference holds; for another head (e.g. ``backend: torch``,
-whose decision values are float64) they are a float32 rounding of its output, not a reference path.
-
-The functions here are the reference's arithmetic in the dtype of their input (float64 input gives
-exactly :func:`prism_plugin.metrics.core.ece`); the bins, conventions and definitions are those of
+:func:`ece` is the reference's arithmetic in the dtype of its input (float64 input gives exactly
+:func:`prism_plugin.metrics.core.ece`); the bins, conventions and definitions are those of
 :mod:`prism_plugin.metrics.core`.
 """
 
@@ -40,7 +43,6 @@ from prism_plugin.metrics.core import ece_from_confidence
 PROBABILITY_DTYPES = ("float64", "float32")
 #: the task key / ``run.meta`` key naming the path
 KEY = "probability_dtype"
-NAN = float("nan")
 
 
 def check_probability_dtype(value: Any, where: str = KEY) -> str:
@@ -88,60 +90,22 @@ def ece(y: np.ndarray, proba: np.ndarray, n_bins: int = 15, scheme: str = "fixed
     return ece_from_confidence(conf, correct, n_bins, scheme)
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Row softmax with max-subtraction in the dtype of ``logits``."""
-    z = np.asarray(logits)
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def scaled_proba(logits: np.ndarray, temperature: float) -> np.ndarray:
-    """``softmax(L / T)`` in the dtype of ``logits`` (T a Python float, so float32 stays float32)."""
-    return softmax(np.asarray(logits) / float(temperature))
-
-
 def float32_columns(run, proba: np.ndarray, row: Mapping[str, Any]) -> dict[str, float]:
-    """The reference-path values of the columns ``row`` has (see the module docstring).
+    """The reference-path values of the raw-probability columns ``row`` has (see the module docstring).
 
-    ``run`` is the run's :class:`~prism_plugin.contracts.RunContext` (its cached temperatures and
-    logits are used), ``proba`` the head's own test probabilities.
+    ``run`` is the run's :class:`~prism_plugin.contracts.RunContext`, ``proba`` the head's own test
+    probabilities. The scaled columns are not touched: the default path already is the package's.
     """
     p32 = np.asarray(proba, dtype=np.float32)
-    l32 = np.asarray(run.logits_test, dtype=np.float32)
     y, bins = run.y_test, run.ece_bins
     out: dict[str, float] = {}
-
-    def put(name: str, fn) -> None:
-        if name in row:
-            out[name] = fn()
-
-    put("brier", lambda: _brier(y, p32))
-    put("ece_fixed", lambda: ece(y, p32, bins, "fixed"))
-    put("ece_adaptive", lambda: ece(y, p32, bins, "adaptive"))
-
-    def scaled_pair(t: float, fixed: str, adaptive: str | None) -> None:
-        if fixed not in row and (adaptive is None or adaptive not in row):
-            return
-        if not np.isfinite(t):
-            put(fixed, lambda: NAN)
-            if adaptive:
-                put(adaptive, lambda: NAN)
-            return
-        s32 = scaled_proba(l32, t)
-        put(fixed, lambda: ece(y, s32, bins, "fixed"))
-        if adaptive:
-            put(adaptive, lambda: ece(y, s32, bins, "adaptive"))
-
-    if "val" in run.calibration or "ece_scaled_fixed" in row:
-        scaled_pair(run.temperature("val"), "ece_scaled_fixed", "ece_scaled_adaptive")
-    if "val_prop" in run.calibration:
-        scaled_pair(run.temperature("val_prop"), "ece_scaled_prop", "ece_scaled_adaptive_prop")
-    t_oracle = row.get("temperature_oracle")
-    if t_oracle is not None and "ece_scaled_oracle" in row:
-        scaled_pair(float(t_oracle), "ece_scaled_oracle", None)
+    if "brier" in row:
+        out["brier"] = _brier(y, p32)
+    for scheme in ("fixed", "adaptive"):
+        if f"ece_{scheme}" in row:
+            out[f"ece_{scheme}"] = ece(y, p32, bins, scheme)
     return out
 
 
 __all__ = ["KEY", "PROBABILITY_DTYPES", "check_probability_dtype", "confidence_and_correct", "ece",
-           "float32_columns", "probability_dtype_of", "scaled_proba", "softmax"]
+           "float32_columns", "probability_dtype_of"]

@@ -194,6 +194,11 @@ def _fit(head, prepare, grid_state, train, val, test, key, subset, digest: str, 
     )
 
 
+#: the embedding identity columns of vectors that no adapter computed here (arrays in memory, a feature source);
+#: no hub commit is a missing value (NaN), as an empty runs.csv field reads back
+STORED_IDENTITY = {"precision": "as stored", "weights": "as stored", "weights_revision": float("nan")}
+
+
 def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, ident, head_kind) -> dict:
     calibration: dict[str, CalibrationSet] = {}
     extra: dict[str, Any] = {}
@@ -280,6 +285,9 @@ def _score(key, subset, fit: _Fit, train, val, test, n_classes, spec, host, iden
         "probe_converged": fit.converged,
         "probe_backend": fit.backend,
         "reference_table": ident.get("reference_table", "indomain"),
+        # what the embeddings are (prism-run: the adapter's effective precision, weights and hub commit;
+        # vectors handed over as they are, e.g. prism_plugin.evaluate: as stored)
+        **dict(ident.get("identity_columns") or STORED_IDENTITY),
     })
     return row
 
